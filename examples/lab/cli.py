@@ -1,0 +1,111 @@
+"""Command lines of the examples: the shared flags, one-line errors, tables.
+
+Every measured example runs as ``python -m examples.<chapter>.<topic>`` with
+``--device {auto,cpu,cuda}``, ``--quick`` and ``--json [PATH]``. Bad input ends
+with one line on stderr and exit status 2, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from types import ModuleType
+from typing import NoReturn
+
+from examples.lab.records import Record, dump_record
+
+EXIT_USAGE = 2
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``prog: error: message`` and exit 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{self.prog}: error: {message}")
+
+
+def fail(message: str, status: int = EXIT_USAGE) -> NoReturn:
+    print(message, file=sys.stderr)
+    raise SystemExit(status)
+
+
+def add_json_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--json", nargs="?", const="-", metavar="PATH",
+        help=f"write {what} as JSON to PATH (or to stdout when PATH is omitted or '-')",
+    )
+
+
+def emit_json(text: str, destination: str) -> None:
+    if destination == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        with open(destination, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        fail(f"--json: cannot write {destination}: {exc.strerror}", status=1)
+
+
+def resolve_device(choice: str, *, needs_cuda: bool, prog: str):
+    """The torch device for ``--device``; ``None`` when there is nothing to run here."""
+    import torch
+
+    has_cuda = torch.cuda.is_available()
+    if choice == "cuda" and not has_cuda:
+        fail(f"{prog}: error: --device cuda: no CUDA GPU is visible to torch {torch.__version__}")
+    if choice == "cpu" and needs_cuda:
+        fail(f"{prog}: error: --device cpu: this example runs only on a CUDA GPU")
+    if choice == "auto":
+        if needs_cuda and not has_cuda:
+            return None
+        choice = "cuda" if has_cuda else "cpu"
+    return torch.device(choice)
+
+
+def format_table(record: Record) -> str:
+    """The record's rows as an aligned text table: case, metric, median, IQR."""
+    keys = list(dict.fromkeys(k for row in record.results for k in row.case))
+    header = [*keys, "metric", "median", "IQR", "unit"]
+    lines = [header]
+    for row in record.results:
+        for name, m in row.metrics.items():
+            iqr = f"{m.iqr:.4g}" if m.iqr is not None else "-"
+            lines.append([*(str(row.case.get(k, "")) for k in keys), name, f"{m.median:.4g}", iqr, m.unit])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
+
+
+def run_example(module: ModuleType, argv: list[str] | None = None) -> int:
+    """``main`` of a measured example: parse the shared flags, measure, report."""
+    from examples.lab.harness import CheckFailed, requires_cuda, run_measurement, topic_of
+
+    topic = topic_of(module)
+    prog = f"python -m examples.{topic}"
+    parser = ArgumentParser(prog=prog, description=(module.__doc__ or "").strip().splitlines()[0])
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                        help="where to run (default: the GPU if there is one)")
+    parser.add_argument("--quick", action="store_true", help="small sizes and few repetitions, for CI")
+    add_json_flag(parser, "the record (results with provenance)")
+    args = parser.parse_args(argv)
+
+    device = resolve_device(args.device, needs_cuda=requires_cuda(module), prog=prog)
+    if device is None:
+        print(f"{prog}: needs a CUDA GPU and none is visible; nothing to run on this machine")
+        return 0
+    command = shlex.join(["python", "-m", f"examples.{topic}", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        record = run_measurement(module, device=device, quick=args.quick, command=command)
+    except CheckFailed as exc:
+        fail(f"{prog}: correctness check failed: {exc}", status=1)
+    # With the record on stdout, the human summary goes to stderr.
+    human = sys.stderr if args.json == "-" else sys.stdout
+    print(f"{topic} on {record.machine.gpu_name or record.machine.host_cpu} ({device.type})", file=human)
+    print(format_table(record), file=human)
+    if args.json:
+        emit_json(dump_record(record), args.json)
+    return 0

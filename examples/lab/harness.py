@@ -1,0 +1,163 @@
+"""The harness an example measures through.
+
+An example's ``measure(lab)`` says *what* to run for each case and how to check
+it; the harness owns warm-up, repetitions, the timer, statistics and
+provenance, and turns the whole run into one :class:`~examples.lab.records.Record`.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from examples.lab import provenance, timing
+from examples.lab.records import SCHEMA_VERSION, Check, Method, Metric, Record, Row, Scalar
+from examples.lab.stats import summarize
+
+#: Seconds to each display unit.
+TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
+
+
+class CheckFailed(RuntimeError):
+    """The fast path disagreed with its reference: nothing it measured may be kept."""
+
+
+class Lab:
+    """What an example sees while it measures: the device, the mode and the timers."""
+
+    def __init__(self, device: torch.device, *, quick: bool, on_case: Callable[[str], None] | None = None):
+        self.device = device
+        self.quick = quick
+        self.timer = "cuda_event" if device.type == "cuda" else "host_sync"
+        self.warmup = 3 if quick else 25
+        self.repetitions = 5 if quick else 60
+        self.notes: dict[str, Any] = {}
+        self._rows: dict[tuple, tuple[dict[str, Scalar], dict[str, Metric]]] = {}
+        self._checks: list[Check] = []
+        self._on_case = on_case or (lambda _: None)
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def synchronize(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    # -- measuring ---------------------------------------------------------
+    def time(
+        self,
+        fn: Callable[..., Any],
+        *,
+        case: dict[str, Scalar],
+        metric: str = "time",
+        unit: str = "us",
+        timer: str | None = None,
+        inner: int = 1,
+        warmup: int | None = None,
+        repetitions: int | None = None,
+        flush_l2: bool = False,
+        inputs: Sequence[tuple] | None = None,
+    ) -> Metric:
+        """Time ``fn`` under ``case`` and keep the result as ``metric`` (time per call)."""
+        if unit not in TIME_UNITS:
+            raise ValueError(f"unit {unit!r} is not a time unit ({', '.join(TIME_UNITS)})")
+        self._on_case(_describe(case, metric))
+        samples = timing.measure(
+            fn,
+            device=self.device,
+            timer=timer or self.timer,
+            warmup=self.warmup if warmup is None else warmup,
+            repetitions=self.repetitions if repetitions is None else repetitions,
+            inner=inner,
+            flush_l2=flush_l2,
+            inputs=inputs,
+        )
+        scale = TIME_UNITS[unit]
+        result = summarize([s * scale for s in samples], unit=unit, method=timer or self.timer)
+        self._keep(case, metric, result)
+        return result
+
+    def value(self, *, case: dict[str, Scalar], metric: str, value: float, unit: str) -> Metric:
+        """Keep a figure computed from measured ones (a ratio, a bandwidth)."""
+        result = Metric(unit=unit, median=float(value), method="computed")
+        self._keep(case, metric, result)
+        return result
+
+    def check(self, name: str, actual: torch.Tensor, expected: torch.Tensor, *, tolerance: float) -> float:
+        """Relative error ‖actual − expected‖ / ‖expected‖ in float64; raise if above ``tolerance``."""
+        a = actual.detach().to("cpu", torch.float64)
+        e = expected.detach().to("cpu", torch.float64)
+        if a.shape != e.shape:
+            raise CheckFailed(f"{name}: shape {tuple(a.shape)} != reference {tuple(e.shape)}")
+        norm = torch.linalg.vector_norm(e).item()
+        diff = torch.linalg.vector_norm(a - e).item()
+        rel = diff / norm if norm else diff
+        if not math.isfinite(rel):
+            rel = math.inf
+        passed = rel <= tolerance
+        self._checks.append(Check(name=name, rel_error=rel if math.isfinite(rel) else 1e300,
+                                  tolerance=tolerance, passed=passed))
+        if not passed:
+            raise CheckFailed(f"{name}: relative error {rel:.3g} exceeds {tolerance:g}")
+        return rel
+
+    def note(self, key: str, value: Any) -> None:
+        """Keep a non-numeric observation (an error message, a kernel name)."""
+        self.notes[key] = value
+
+    def _keep(self, case: dict[str, Scalar], metric: str, result: Metric) -> None:
+        key = tuple(sorted(case.items()))
+        _, metrics = self._rows.setdefault(key, (dict(case), {}))
+        metrics[metric] = result
+
+    # -- the record ----------------------------------------------------------
+    def rows(self) -> list[Row]:
+        return [Row(case=case, metrics=metrics) for case, metrics in self._rows.values()]
+
+    def record(self, *, topic: str, source: Path, command: str) -> Record:
+        return Record(
+            schema_version=SCHEMA_VERSION,
+            topic=topic,
+            source=source.relative_to(provenance.REPO_ROOT).as_posix(),
+            source_sha256=provenance.source_sha256(source),
+            machine=provenance.machine_info(self.device.type),
+            run=provenance.run_info(quick=self.quick, command=command),
+            method=Method(timer=self.timer, warmup=self.warmup, repetitions=self.repetitions),
+            checks=self._checks,
+            results=self.rows(),
+            notes=self.notes,
+        )
+
+
+def _describe(case: dict[str, Scalar], metric: str) -> str:
+    return " ".join(f"{k}={v}" for k, v in case.items()) + f" · {metric}"
+
+
+def topic_of(module: ModuleType) -> str:
+    """``examples.graphs.decode_loop`` -> ``graphs.decode_loop``."""
+    name = module.__spec__.name if module.__spec__ else module.__name__
+    return name.removeprefix("examples.")
+
+
+def requires_cuda(module: ModuleType) -> bool:
+    return bool(getattr(module, "REQUIRES_CUDA", False))
+
+
+def run_measurement(
+    module: ModuleType,
+    *,
+    device: torch.device,
+    quick: bool,
+    command: str,
+    on_case: Callable[[str], None] | None = None,
+) -> Record:
+    """Run one example's ``measure`` and return its validated record."""
+    lab = Lab(device, quick=quick, on_case=on_case)
+    module.measure(lab)
+    lab.synchronize()
+    return lab.record(topic=topic_of(module), source=Path(module.__file__), command=command)

@@ -1,0 +1,144 @@
+"""Where a number came from: the machine, the software and the code that measured it.
+
+Everything here degrades to ``None`` when a fact cannot be read (no GPU, no
+``nvidia-smi``, no git checkout) rather than guessing.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import re
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+from examples.lab.records import Machine, Run
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def source_sha256(path: Path) -> str:
+    """Hash of an example's source, to tell a current record from a stale one.
+
+    Line endings are normalised so that a checkout on Windows hashes the same.
+    """
+    text = path.read_bytes().replace(b"\r\n", b"\n")
+    return hashlib.sha256(text).hexdigest()
+
+
+def slugify(text: str) -> str:
+    """``'NVIDIA H100 80GB HBM3'`` -> ``'nvidia-h100-80gb-hbm3'``."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
+
+
+def _run(*cmd: str) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def host_cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _nvidia_smi(device_index: int) -> tuple[str | None, dict[str, float] | None]:
+    """Driver version and clocks (MHz) of one GPU, read, never set."""
+    fields = "driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem"
+    out = _run("nvidia-smi", f"--id={device_index}", f"--query-gpu={fields}", "--format=csv,noheader,nounits")
+    if not out:
+        return None, None
+    parts = [p.strip() for p in out.splitlines()[0].split(",")]
+    if len(parts) != 5:
+        return None, None
+    clocks = {}
+    for name, value in zip(["sm", "mem", "max_sm", "max_mem"], parts[1:]):
+        try:
+            clocks[name] = float(value)
+        except ValueError:
+            continue
+    return parts[0], clocks or None
+
+
+def machine_info(device: str) -> Machine:
+    import torch
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+
+    gpu = {
+        "gpu_name": None, "sm_count": None, "compute_capability": None,
+        "gpu_memory_gib": None, "clocks_mhz": None, "driver": None,
+    }
+    gpu_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    nccl = None
+    if device == "cuda":
+        index = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        driver, clocks = _nvidia_smi(index)
+        gpu = {
+            "gpu_name": props.name,
+            "sm_count": props.multi_processor_count,
+            "compute_capability": f"{props.major}.{props.minor}",
+            "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+            "clocks_mhz": clocks,
+            "driver": driver,
+        }
+        try:
+            nccl = ".".join(str(x) for x in torch.cuda.nccl.version())
+        except (AttributeError, RuntimeError):
+            nccl = None
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    cpu = host_cpu()
+    return Machine(
+        slug=slugify(gpu["gpu_name"] if device == "cuda" else f"cpu-{cpu}"),
+        device=device,
+        gpu_count=gpu_count,
+        cuda=torch.version.cuda,
+        cudnn=str(cudnn) if cudnn else None,
+        nccl=nccl,
+        torch=torch.__version__,
+        triton=triton_version,
+        python=platform.python_version(),
+        host_cpu=cpu,
+        host_cores=os.cpu_count() or 1,
+        os=f"{platform.system()} {platform.release()}",
+        **gpu,
+    )
+
+
+def git_state() -> tuple[str | None, bool | None]:
+    """Commit and dirty flag of the checkout, or of ``LAB_GIT_COMMIT``/``LAB_GIT_DIRTY``.
+
+    The variables serve machines that receive a copy of the tree without ``.git``.
+    """
+    commit = _run("git", "-C", str(REPO_ROOT), "rev-parse", "HEAD")
+    if commit:
+        status = _run("git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no")
+        return commit, bool(status)
+    env_commit = os.environ.get("LAB_GIT_COMMIT") or None
+    env_dirty = os.environ.get("LAB_GIT_DIRTY")
+    return env_commit, (env_dirty == "1") if env_dirty in ("0", "1") else None
+
+
+def run_info(*, quick: bool, command: str) -> Run:
+    commit, dirty = git_state()
+    return Run(
+        date=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+        commit=commit,
+        dirty=dirty,
+        command=command,
+        quick=quick,
+    )
