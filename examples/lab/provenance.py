@@ -126,7 +126,7 @@ def git_state() -> tuple[str | None, bool | None]:
     """
     commit = _run("git", "-C", str(REPO_ROOT), "rev-parse", "HEAD")
     if commit:
-        status = _run("git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no")
+        status = _run("git", "-C", str(REPO_ROOT), "status", "--porcelain")
         return commit, bool(status)
     env_commit = os.environ.get("LAB_GIT_COMMIT") or None
     env_dirty = os.environ.get("LAB_GIT_DIRTY")

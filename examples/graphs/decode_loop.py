@@ -1,0 +1,121 @@
+"""A decode-like loop, eager vs CUDA graph vs ``torch.compile(mode="reduce-overhead")``.
+
+Generating one token runs every layer once at batch size 1: many small
+kernels, each too short to hide the cost of launching the next. This example
+stacks the step of :mod:`examples.graphs.capture_replay` into ``layers``
+layers and times one token's step three ways, and counts the kernels and the
+time the GPU was actually busy (from the profiler) so the gap can be read off.
+
+On a machine without a GPU only the eager step runs (graphs need CUDA, and
+compiling on the CPU takes minutes of C++ builds, which the compiler chapter
+covers).
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+
+from examples.graphs.capture_replay import capture, make_step
+
+
+# --8<-- [start:model]
+def make_decoder(layers: int, hidden: int, device: torch.device, dtype: torch.dtype):
+    """``layers`` blocks applied in turn: one token's trip through the model."""
+    blocks = [make_step(hidden, device, dtype) for _ in range(layers)]
+
+    def decode_step(x: torch.Tensor) -> torch.Tensor:
+        for block in blocks:
+            x = block(x)
+        return x
+
+    return decode_step
+# --8<-- [end:model]
+
+
+def profile_kernels(fn, steps: int = 5) -> tuple[float, float] | None:
+    """Kernels launched and GPU-busy microseconds per call of ``fn``, from the profiler."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    kernels = [
+        e for e in prof.events()
+        if e.device_type == DeviceType.CUDA and not e.name.startswith(("Memcpy", "Memset"))
+    ]
+    if not kernels:
+        return None
+    busy_us = sum(e.time_range.elapsed_us() for e in kernels)
+    return len(kernels) / steps, busy_us / steps
+
+
+def measure(lab) -> None:
+    dtype = torch.bfloat16 if lab.cuda else torch.float32
+    if lab.quick:
+        grid = [(64, 2)]
+    else:
+        grid = [(hidden, layers) for hidden in (1024, 4096) for layers in (8, 32)]
+    compile_at = (1024, 32)  # one compiled size: compiling costs tens of seconds
+
+    for hidden, layers in grid:
+        case = {"hidden": hidden, "layers": layers}
+        decode_step = make_decoder(layers, hidden, lab.device, dtype)
+        x = torch.randn(1, hidden, device=lab.device, dtype=dtype)
+        eager = lab.time(lambda: decode_step(x), case={**case, "mode": "eager"}, metric="step")
+        if not lab.cuda:
+            continue
+        counted = profile_kernels(lambda: decode_step(x))
+        if counted:
+            kernels, busy_us = counted
+            lab.value(case={**case, "mode": "eager"}, metric="kernels", value=kernels, unit="")
+            lab.value(case={**case, "mode": "eager"}, metric="gpu_busy", value=busy_us, unit="us")
+
+        # --8<-- [start:graph]
+        static_x = torch.randn(1, hidden, device=lab.device, dtype=dtype)
+        graph, static_y = capture(decode_step, static_x)
+        # --8<-- [end:graph]
+        fresh = torch.randn(1, hidden, device=lab.device, dtype=dtype)
+        static_x.copy_(fresh)
+        graph.replay()
+        lab.check(f"graph equals eager, {hidden}x{layers}", static_y, decode_step(fresh), tolerance=1e-3)
+        replayed = lab.time(graph.replay, case={**case, "mode": "graph"}, metric="step")
+        lab.value(case={**case, "mode": "graph"}, metric="speedup", value=eager.median / replayed.median, unit="x")
+
+        if (hidden, layers) == compile_at:
+            _measure_compiled(lab, case, decode_step, hidden, dtype, eager.median)
+        del graph, static_x, static_y, decode_step
+        torch.cuda.empty_cache()
+
+
+def _measure_compiled(lab, case, decode_step, hidden, dtype, eager_us: float) -> None:
+    # --8<-- [start:compiled]
+    compiled = torch.compile(decode_step, mode="reduce-overhead")  # Inductor kernels, replayed as a graph
+    # --8<-- [end:compiled]
+    x = torch.randn(1, hidden, device=lab.device, dtype=dtype)
+    started = time.perf_counter()
+    for _ in range(3):  # compile, then record the graph; later calls replay it
+        compiled(x)
+    torch.cuda.synchronize()
+    lab.value(case={**case, "mode": "compiled"}, metric="compile_time", value=time.perf_counter() - started, unit="s")
+    fresh = torch.randn(1, hidden, device=lab.device, dtype=dtype)
+    lab.check("compiled equals eager (bf16, fused)", compiled(fresh).clone(), decode_step(fresh), tolerance=5e-2)
+    timed = lab.time(lambda: compiled(x), case={**case, "mode": "compiled"}, metric="step")
+    lab.value(case={**case, "mode": "compiled"}, metric="speedup", value=eager_us / timed.median, unit="x")
+    counted = profile_kernels(lambda: compiled(x))
+    if counted:
+        lab.value(case={**case, "mode": "compiled"}, metric="kernels", value=counted[0], unit="")
+        lab.value(case={**case, "mode": "compiled"}, metric="gpu_busy", value=counted[1], unit="us")
+
+
+def main(argv=None) -> int:
+    from examples.lab.cli import run_example
+
+    return run_example(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""What may not happen while a CUDA graph is being captured, and the error each gives.
+
+During capture the GPU runs nothing: kernels are only recorded. So anything
+that needs a result on the host (``.item()``, ``.cpu()``, ``print``, an output
+whose size depends on the data such as ``nonzero``) or that waits for the
+device (``synchronize``) cannot work, and CUDA refuses it. Each attempt runs
+in a fresh process, because a failed capture can leave the CUDA context
+unusable; the record keeps the exception each one raised.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import sys
+
+import torch
+
+REQUIRES_CUDA = True
+
+
+# --8<-- [start:attempts]
+def _item(x):
+    return x.sum().item()  # needs the value on the host now
+
+
+def _cpu(x):
+    return x.cpu()  # a device-to-host copy the host must wait for
+
+
+def _print(x):
+    print(x)  # formatting reads the values: a copy to the host
+
+
+def _nonzero(x):
+    return torch.nonzero(x > 0)  # output size depends on the data
+
+
+def _synchronize(x):
+    torch.cuda.synchronize()  # waits for work that is not running
+
+
+ATTEMPTS = {"item": _item, "cpu": _cpu, "print": _print, "nonzero": _nonzero, "synchronize": _synchronize}
+# --8<-- [end:attempts]
+
+
+# --8<-- [start:attempt]
+def attempt(name: str) -> str:
+    """Capture ``ATTEMPTS[name]`` in a fresh process; return the error it raised, if any."""
+    x = torch.randn(1024, device="cuda")
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            ATTEMPTS[name](x)
+    except Exception as exc:  # noqa: BLE001 -- we report whatever CUDA or torch raised
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+    return "no error"
+# --8<-- [end:attempt]
+
+
+def measure(lab) -> None:
+    context = multiprocessing.get_context("spawn")
+    for name in ATTEMPTS:
+        with context.Pool(processes=1) as pool:
+            outcome = pool.apply(attempt, (name,))
+        lab.note(name, outcome)
+
+
+def main(argv=None) -> int:
+    from examples.lab.cli import run_example
+
+    return run_example(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
