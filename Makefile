@@ -1,0 +1,78 @@
+# Python to Silicon: set-up, site and tests.
+#
+#   make serve   build and serve the site at http://127.0.0.1:8000
+#   make test    the same set-up, plus Debian's Chromium; build the site; run every test
+#
+# Set-up is idempotent: stamp files under .venv/ and node_modules/ record what is
+# done, and are redone only when pyproject.toml or package-lock.json change.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# torch is installed FIRST and pinned: a looser spec lets pip fetch a multi-GB CUDA
+# build on a CPU machine. A torch already in .venv (say, your CUDA build) is kept.
+TORCH_SPEC ?= torch==2.13.0
+CHROMIUM   := /usr/bin/chromium
+SITE_DIR   := site
+
+.PHONY: help setup serve build test clean distclean
+
+help:
+	@echo "make serve   build and serve the site at http://127.0.0.1:8000"
+	@echo "make test    set up, install Chromium, build the site, run every test"
+	@echo "make build   build the site into $(SITE_DIR)/ (strict)"
+	@echo "make clean   remove the built site; make distclean also .venv/ and node_modules/"
+
+setup: $(VENV)/.stamp-project node_modules/.stamp-npm
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.stamp-torch: | $(BIN)/python
+	@if $(BIN)/python -c "import torch" 2>/dev/null; then \
+	  echo "keeping torch $$($(BIN)/python -c 'import torch; print(torch.__version__)') already in $(VENV)"; \
+	else \
+	  $(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"; \
+	fi
+	touch $@
+
+$(VENV)/.stamp-project: pyproject.toml $(VENV)/.stamp-torch
+	$(BIN)/python -m pip install --quiet -e ".[docs,test,triton]"
+	touch $@
+
+node_modules/.stamp-npm: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+# Debian's Chromium drives tests/test_browser.py; the test fails (never skips) without it.
+$(CHROMIUM):
+	@if [ "$$(id -u)" != 0 ]; then \
+	  echo "error: $(CHROMIUM) is missing and installing it needs root:" >&2; \
+	  echo "       run 'sudo apt-get update && sudo apt-get install -y chromium', then 'make test' again" >&2; \
+	  exit 1; \
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-liberation </dev/null >/dev/null
+	@test -x $@ || { echo "error: apt-get installed chromium but $@ is not there" >&2; exit 1; }
+
+serve: setup
+	$(BIN)/mkdocs serve -a 127.0.0.1:8000
+
+build: setup
+	$(BIN)/mkdocs build --strict -d $(SITE_DIR)
+
+test: setup $(CHROMIUM) build
+	@status=0; $(BIN)/python -m pytest $(PYTEST_ARGS) || status=$$?; \
+	if [ $$status -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; \
+	exit $$status
+
+clean:
+	rm -rf $(SITE_DIR)
+
+distclean: clean
+	rm -rf $(VENV) node_modules

@@ -1,0 +1,60 @@
+"""Fixtures of the test suite: run a command the way a reader would."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Cli:
+    """Runs ``python -X faulthandler ...`` from the repository root and checks its output."""
+
+    repo = REPO
+
+    @staticmethod
+    def cpu_env(**extra: str) -> dict[str, str]:
+        """The environment of a CPU run, on any machine: no GPU is visible."""
+        env = dict(os.environ)
+        env.pop("PYTHONWARNINGS", None)
+        env.update(CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1", **extra)
+        return env
+
+    @classmethod
+    def run(cls, *args: str, timeout: float = 180, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """A hang fails the test (with what the process had printed) instead of stalling CI."""
+        try:
+            return subprocess.run(
+                [sys.executable, "-X", "faulthandler", *map(str, args)],
+                cwd=REPO, env=env or cls.cpu_env(), capture_output=True, text=True,
+                timeout=timeout, stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+            err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
+            raise AssertionError(f"python {' '.join(map(str, args))} ran past {timeout} s\n"
+                                 f"--- stdout\n{out}\n--- stderr\n{err}") from None
+
+    @staticmethod
+    def explain(proc: subprocess.CompletedProcess) -> str:
+        """What a failing assertion shows: the command, its status and its output."""
+        return (f"$ {' '.join(map(str, proc.args))}\nexit {proc.returncode}\n"
+                f"--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}")
+
+    @classmethod
+    def one_line_error(cls, proc: subprocess.CompletedProcess, status: int = 2) -> str:
+        """Assert a usage error's shape: ``status``, one line on stderr, no traceback; return the line."""
+        assert proc.returncode == status, cls.explain(proc)
+        assert "Traceback" not in proc.stderr + proc.stdout, cls.explain(proc)
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1, f"expected exactly one line on stderr\n{cls.explain(proc)}"
+        return lines[0]
+
+
+@pytest.fixture(scope="session")
+def cli() -> type[Cli]:
+    return Cli
