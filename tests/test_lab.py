@@ -1,0 +1,285 @@
+"""The measuring harness on CPU: timers, statistics, checks, provenance, runner, records."""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from examples.lab import provenance, timing
+from examples.lab.harness import CheckFailed, Lab, requires_cuda
+from examples.lab.records import SCHEMA_VERSION, RecordError, dump_record, load_records, parse_record, write_record
+from examples.lab.registry import import_topic, measured_topics
+from examples.lab.stats import summarize
+
+CPU = torch.device("cpu")
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- timers -------------------------------------------------------------------
+def test_host_sync_samples_are_sane():
+    pause_s = 0.002
+    samples = timing.measure(lambda: time.sleep(pause_s), device=CPU, timer="host_sync", warmup=1, repetitions=7)
+    assert len(samples) == 7
+    assert all(pause_s <= s < 1.0 for s in samples), samples
+
+
+def test_host_sync_divides_by_inner_and_rotates_inputs():
+    seen = []
+    samples = timing.measure(lambda x: (seen.append(x), time.sleep(0.001)), device=CPU, timer="host_sync",
+                             warmup=0, repetitions=2, inner=4, inputs=[(1,), (2,), (3,)])
+    assert len(samples) == 2
+    assert all(0.001 <= s < 0.5 for s in samples), samples
+    assert seen == [1, 2, 3, 1, 2, 3, 1, 2]
+
+
+@pytest.mark.parametrize("timer", ["cuda_event", "do_bench"])
+def test_gpu_timers_refuse_cpu(timer):
+    with pytest.raises(ValueError, match=rf"timer '{timer}' needs a CUDA device"):
+        timing.measure(lambda: None, device=CPU, timer=timer, warmup=0, repetitions=1)
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        Lab(CPU, quick=True).time(lambda: None, case={"n": 1}, timer=timer)
+
+
+def test_unknown_timer_and_unit():
+    with pytest.raises(ValueError, match="unknown timer"):
+        timing.measure(lambda: None, device=CPU, timer="stopwatch", warmup=0, repetitions=1)
+    with pytest.raises(ValueError, match="not a time unit"):
+        Lab(CPU, quick=True).time(lambda: None, case={"n": 1}, unit="furlongs")
+
+
+# -- statistics -----------------------------------------------------------------
+def test_median_and_quartiles():
+    m = summarize([7.0, 1.0, 3.0, 5.0, 9.0, 1000.0, 2.0, 4.0], unit="us", method="host_sync")
+    assert (m.median, m.min, m.max, m.n) == (4.5, 1.0, 1000.0, 8)
+    assert (m.q1, m.q3) == (2.75, 7.5)
+    assert m.iqr == pytest.approx(4.75)
+    assert m.method == "host_sync" and m.unit == "us"
+
+
+def test_one_sample_and_none():
+    m = summarize([3.0], unit="ms")
+    assert (m.median, m.q1, m.q3, m.iqr) == (3.0, 3.0, 3.0, 0.0)
+    with pytest.raises(ValueError, match="no samples"):
+        summarize([], unit="ms")
+
+
+# -- Lab: checks, timing, the record -----------------------------------------------
+def test_check_passes_a_close_result():
+    lab = Lab(CPU, quick=True)
+    expected = torch.arange(1.0, 5.0)
+    rel = lab.check("close", expected + 1e-7, expected, tolerance=1e-5)
+    assert 0 <= rel < 1e-5
+
+
+def test_check_raises_on_a_wrong_result():
+    lab = Lab(CPU, quick=True)
+    with pytest.raises(CheckFailed, match="wrong: relative error"):
+        lab.check("wrong", torch.ones(4), torch.full((4,), 2.0), tolerance=1e-3)
+
+
+def test_check_raises_on_nan_and_inf():
+    lab = Lab(CPU, quick=True)
+    bad = torch.tensor([1.0, float("nan"), 3.0])
+    with pytest.raises(CheckFailed, match="nan"):
+        lab.check("nan", bad, torch.tensor([1.0, 2.0, 3.0]), tolerance=1.0)
+    with pytest.raises(CheckFailed, match="inf"):
+        lab.check("inf", torch.tensor([float("inf")]), torch.tensor([1.0]), tolerance=1e9)
+
+
+def test_check_raises_on_a_wrong_shape():
+    with pytest.raises(CheckFailed, match="shape"):
+        Lab(CPU, quick=True).check("shape", torch.ones(3), torch.ones(4), tolerance=1.0)
+
+
+def _record(lab: Lab):
+    return lab.record(topic="lab.harness", source=REPO / "examples/lab/harness.py", command="pytest tests/test_lab.py")
+
+
+def test_lab_record_round_trips(tmp_path):
+    lab = Lab(CPU, quick=True)
+    x = torch.randn(64)
+    lab.check("sum", x.sum(), x.double().sum(), tolerance=1e-5)
+    t = lab.time(lambda: x.sum(), case={"n": 64}, unit="us")
+    lab.value(case={"n": 64}, metric="rate", value=64 / t.median, unit="elements/us")
+    lab.note("kernel", "sum")
+    record = _record(lab)
+    assert [set(row.metrics) for row in record.results] == [{"time", "rate"}]
+    assert record.method.timer == "host_sync" and record.method.repetitions == lab.repetitions
+    assert record.results[0].metrics["time"].n == lab.repetitions
+    assert record.machine.device == "cpu" and record.machine.slug.startswith("cpu-")
+    assert record.source == "examples/lab/harness.py"
+    assert record.source_sha256 == provenance.source_sha256(REPO / "examples/lab/harness.py")
+    path = write_record(tmp_path, record)
+    assert path == tmp_path / record.machine.slug / "lab.harness.json"
+    assert load_records(tmp_path) == [record]
+    assert parse_record(dump_record(record), "again") == record
+
+
+# -- provenance -------------------------------------------------------------------
+def _git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_git_state_reads_the_checkout(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git("init", "-q", cwd=repo)
+    (repo / "a.txt").write_text("one\n")
+    _git("add", "a.txt", cwd=repo)
+    _git("commit", "-qm", "one", cwd=repo)
+    monkeypatch.setattr(provenance, "REPO_ROOT", repo)
+    monkeypatch.setenv("LAB_GIT_COMMIT", "f" * 40)  # ignored: the checkout wins
+    head = _git("rev-parse", "HEAD", cwd=repo)
+    assert provenance.git_state() == (head, False)
+    (repo / "new_example.py").write_text("# not committed yet\n")  # untracked code counts as dirty
+    assert provenance.git_state() == (head, True)
+    (repo / "new_example.py").unlink()
+    (repo / "a.txt").write_text("two\n")
+    assert provenance.git_state() == (head, True)
+
+
+def test_git_state_falls_back_to_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setattr(provenance, "REPO_ROOT", tmp_path)  # a copy of the tree with no .git
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    monkeypatch.setenv("LAB_GIT_COMMIT", "a" * 40)
+    monkeypatch.setenv("LAB_GIT_DIRTY", "1")
+    assert provenance.git_state() == ("a" * 40, True)
+    monkeypatch.setenv("LAB_GIT_DIRTY", "0")
+    assert provenance.git_state() == ("a" * 40, False)
+    monkeypatch.setenv("LAB_GIT_DIRTY", "maybe")
+    assert provenance.git_state() == ("a" * 40, None)
+    monkeypatch.delenv("LAB_GIT_COMMIT")
+    monkeypatch.delenv("LAB_GIT_DIRTY")
+    assert provenance.git_state() == (None, None)
+
+
+def test_this_checkout_is_recorded():
+    if not (REPO / ".git").exists():
+        pytest.skip("this tree is not a git checkout (a copy of it): the commit comes from LAB_GIT_COMMIT")
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    commit, dirty = provenance.git_state()
+    assert commit == head and isinstance(dirty, bool)
+
+
+def test_slugify():
+    assert provenance.slugify("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+    assert provenance.slugify("  ") == "unknown"
+
+
+# -- the runner: python -m examples.lab ----------------------------------------------
+def _cpu_topic() -> str:
+    topics = [t for t in measured_topics() if not requires_cuda(import_topic(t))]
+    assert topics, "no measured example runs on CPU: nothing exercises the runner end to end"
+    return topics[0]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["run", "--out", "{tmp}"], "name topics or give --all"),
+    (["run", "--all", "graphs.launch_cost", "--out", "{tmp}"], "name topics or give --all"),
+    (["run", "no_such.topic", "--out", "{tmp}"], "unknown topic 'no_such.topic'"),
+    (["run", "--all", "--device", "cuda", "--out", "{tmp}"], "--device cuda: no CUDA GPU"),
+    (["run", "--all"], "--out"),
+    (["frobnicate"], "invalid choice"),
+    ([], "required"),
+], ids=["no-topic", "topic-and-all", "unknown-topic", "cuda-without-gpu", "no-out", "bad-command", "no-command"])
+def test_runner_usage_errors(argv, says, tmp_path, cli):
+    proc = cli.run("-m", "examples.lab", *(a.format(tmp=tmp_path / "out") for a in argv))
+    line = cli.one_line_error(proc, status=2)
+    assert says in line, cli.explain(proc)
+    assert not (tmp_path / "out").exists(), "a refused run wrote records"
+
+
+@pytest.fixture(scope="module")
+def runner_records(tmp_path_factory, cli):
+    """One real run of the runner on CPU, shared by the tests below."""
+    topic = _cpu_topic()
+    out = tmp_path_factory.mktemp("records")
+    proc = cli.run("-m", "examples.lab", "run", "--quick", "--device", "cpu", topic, "--out", out, timeout=300)
+    assert proc.returncode == 0, cli.explain(proc)
+    return topic, out, proc
+
+
+def test_runner_writes_a_valid_record(runner_records, cli):
+    topic, out, proc = runner_records
+    written = sorted(out.glob("*/*.json"))
+    assert [p.name for p in written] == [f"{topic}.json"], cli.explain(proc)
+    path = written[0]
+    record = parse_record(path.read_text(encoding="utf-8"), str(path))
+    assert path.parent.name == record.machine.slug
+    assert record.topic == topic and record.run.quick and record.machine.device == "cpu"
+    assert record.run.command.startswith("python -m examples.lab run")
+    assert f"wrote {path}" in proc.stdout
+    check = cli.run("-m", "examples.lab", "validate", out)
+    assert check.returncode == 0, cli.explain(check)
+    assert "1 records valid" in check.stdout
+
+
+def _broken(kind: str, good: Path, root: Path) -> Path:
+    """A copy of a good record, broken in one way; returns the broken file."""
+    data = json.loads(good.read_text(encoding="utf-8"))
+    target = root / good.parent.name / good.name
+    if kind == "bad-json":
+        text = good.read_text(encoding="utf-8")[:-20]
+    elif kind == "missing-provenance":
+        del data["run"]["commit"]
+        text = json.dumps(data)
+    elif kind == "missing-machine":
+        del data["machine"]["torch"]
+        text = json.dumps(data)
+    elif kind == "schema-version":
+        data["schema_version"] = SCHEMA_VERSION + 1
+        text = json.dumps(data)
+    elif kind == "failed-check":
+        data["checks"] = [{"name": "x", "rel_error": 1.0, "tolerance": 0.1, "passed": False}]
+        text = json.dumps(data)
+    elif kind == "wrong-folder":
+        target = root / "some-other-machine" / good.name
+        text = good.read_text(encoding="utf-8")
+    else:
+        raise AssertionError(kind)
+    target.parent.mkdir(parents=True)
+    target.write_text(text, encoding="utf-8")
+    return target
+
+
+@pytest.mark.parametrize("kind, says", [
+    ("bad-json", "not JSON"),
+    ("missing-provenance", "run.commit"),
+    ("missing-machine", "machine.torch"),
+    ("schema-version", "schema_version"),
+    ("failed-check", "failed correctness checks"),
+    ("wrong-folder", "belongs at"),
+])
+def test_validate_rejects(kind, says, runner_records, tmp_path, cli):
+    _, out, _ = runner_records
+    broken = _broken(kind, next(out.glob("*/*.json")), tmp_path)
+    proc = cli.run("-m", "examples.lab", "validate", tmp_path)
+    line = cli.one_line_error(proc, status=1)
+    assert str(broken) in line and says in line, cli.explain(proc)
+    with pytest.raises(RecordError, match=says):
+        load_records(tmp_path)
+
+
+def test_validate_rejects_an_empty_or_missing_folder(tmp_path, cli):
+    assert "no records" in cli.one_line_error(cli.run("-m", "examples.lab", "validate", tmp_path), status=1)
+    missing = tmp_path / "nowhere"
+    assert "no such records folder" in cli.one_line_error(cli.run("-m", "examples.lab", "validate", missing),
+                                                          status=1)
+
+
+def test_committed_records_validate():
+    """The book's own records (docs/records/<machine>/<topic>.json) follow the schema."""
+    root = REPO / "docs" / "records"
+    if not root.is_dir():
+        pytest.fail("docs/records/ is missing: the book's measurements are committed there")
+    records = load_records(root)
+    assert records, "docs/records/ holds no <machine>/<topic>.json"
+    for record in records:
+        source = REPO / record.source
+        assert source.is_file(), f"{record.machine.slug}/{record.topic}.json: source {record.source} is gone"
