@@ -11,6 +11,7 @@ memory a shared pool saves when several graphs are captured.
 """
 from __future__ import annotations
 
+import functools
 import sys
 
 import torch
@@ -37,7 +38,7 @@ def capture(step, *static_inputs: torch.Tensor, warmup: int = 3, pool=None):
     """Record ``step(*static_inputs)`` into a CUDA graph; return it and its output."""
     # Warm up on a side stream: lazy initialisation (cuBLAS handles, workspaces,
     # the caching allocator's first blocks) must happen before capture, not in it.
-    side = torch.cuda.Stream()
+    side = _warmup_stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(warmup):
@@ -49,6 +50,13 @@ def capture(step, *static_inputs: torch.Tensor, warmup: int = 3, pool=None):
         static_output = step(*static_inputs)
     return graph, static_output
 # --8<-- [end:capture]
+
+
+@functools.cache
+def _warmup_stream() -> torch.cuda.Stream:
+    # One side stream for every capture: each new stream would get its own
+    # cuBLAS workspace, which is memory no graph needs.
+    return torch.cuda.Stream()
 
 
 # --8<-- [start:replay]
@@ -93,7 +101,7 @@ def measure(lab) -> None:
     lab.value(case={"mistake": "rebind input"}, metric="relative_error", value=rebinding_error, unit="")
     lab.value(case={"mistake": "keep output"}, metric="relative_error", value=aliasing_error, unit="")
 
-    _measure_pools(lab, step, hidden, dtype)
+    _measure_pools(lab, dtype)
 
 
 def _relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
@@ -113,8 +121,10 @@ def capture_per_batch(step, batches, hidden, dtype, *, share_pool: bool):
 # --8<-- [end:pools]
 
 
-def _measure_pools(lab, step, hidden: int, dtype: torch.dtype) -> None:
-    batches = [1, 2, 4, 8, 16, 32, 64, 128]
+def _measure_pools(lab, dtype: torch.dtype) -> None:
+    hidden = 256 if lab.quick else 4096
+    batches = [1, 4, 16] if lab.quick else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    step = make_step(hidden, lab.device, dtype)
     for share_pool in (False, True):
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -125,7 +135,7 @@ def _measure_pools(lab, step, hidden: int, dtype: torch.dtype) -> None:
             graph.replay()
         torch.cuda.synchronize()
         reserved_mib = (torch.cuda.memory_reserved() - before) / 2**20
-        lab.value(case={"pools": "shared" if share_pool else "one per graph", "graphs": len(batches)},
+        lab.value(case={"pools": "shared" if share_pool else "one per graph", "graphs": len(batches), "hidden": hidden},
                   metric="reserved", value=reserved_mib, unit="MiB")
         del graphs
     torch.cuda.synchronize()

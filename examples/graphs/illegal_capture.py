@@ -43,8 +43,8 @@ ATTEMPTS = {"item": _item, "cpu": _cpu, "print": _print, "nonzero": _nonzero, "s
 
 
 # --8<-- [start:attempt]
-def attempt(name: str) -> str:
-    """Capture ``ATTEMPTS[name]`` in a fresh process; return the error it raised, if any."""
+def attempt(name: str) -> dict[str, str]:
+    """Capture ``ATTEMPTS[name]`` in a fresh process; return the errors it raised."""
     x = torch.randn(1024, device="cuda")
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -52,8 +52,20 @@ def attempt(name: str) -> str:
         with torch.cuda.graph(graph):
             ATTEMPTS[name](x)
     except Exception as exc:  # noqa: BLE001 -- we report whatever CUDA or torch raised
-        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
-    return "no error"
+        # Leaving the block ends the capture, which fails again and hides the
+        # first error behind a second one; the first is the one that explains.
+        first = exc
+        while first.__context__ is not None:
+            first = first.__context__
+        outcome = {"raised": _one_line(first)}
+        if first is not exc:
+            outcome["then, ending the capture"] = _one_line(exc)
+        return outcome
+    return {"raised": "nothing"}
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
 # --8<-- [end:attempt]
 
 
