@@ -34,8 +34,8 @@ def make_decoder(layers: int, hidden: int, device: torch.device, dtype: torch.dt
 # --8<-- [end:model]
 
 
-def profile_kernels(fn, steps: int = 5) -> tuple[float, float] | None:
-    """Kernels launched and GPU-busy microseconds per call of ``fn``, from the profiler."""
+def profile_kernels(fn, steps: int = 5) -> tuple[float, float, list[str]] | None:
+    """Kernels launched and GPU-busy µs per call of ``fn``, and the costliest kernels' names."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -50,7 +50,11 @@ def profile_kernels(fn, steps: int = 5) -> tuple[float, float] | None:
     if not kernels:
         return None
     busy_us = sum(e.time_range.elapsed_us() for e in kernels)
-    return len(kernels) / steps, busy_us / steps
+    by_name: dict[str, float] = {}
+    for e in kernels:
+        by_name[e.name] = by_name.get(e.name, 0.0) + e.time_range.elapsed_us()
+    costliest = sorted(by_name, key=by_name.get, reverse=True)[:3]
+    return len(kernels) / steps, busy_us / steps, [name[:120] for name in costliest]
 
 
 def measure(lab) -> None:
@@ -70,9 +74,10 @@ def measure(lab) -> None:
             continue
         counted = profile_kernels(lambda: decode_step(x))
         if counted:
-            kernels, busy_us = counted
+            kernels, busy_us, costliest = counted
             lab.value(case={**case, "mode": "eager"}, metric="kernels", value=kernels, unit="")
             lab.value(case={**case, "mode": "eager"}, metric="gpu_busy", value=busy_us, unit="us")
+            lab.note(f"costliest kernels, eager {hidden}x{layers}", costliest)
 
         # --8<-- [start:graph]
         static_x = torch.randn(1, hidden, device=lab.device, dtype=dtype)
@@ -114,6 +119,7 @@ def _measure_compiled(lab, case, decode_step, hidden, dtype, eager_us: float) ->
         if counted:
             lab.value(case=row, metric="kernels", value=counted[0], unit="")
             lab.value(case=row, metric="gpu_busy", value=counted[1], unit="us")
+            lab.note(f"costliest kernels, compile-{mode} {hidden}x{case['layers']}", counted[2])
 
 
 def main(argv=None) -> int:
