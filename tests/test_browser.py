@@ -1,0 +1,241 @@
+"""The built site in a real browser: every page, as a reader's Chromium shows it.
+
+Builds the site (``mkdocs build --strict``), serves it from 127.0.0.1 and opens
+every page in Debian's Chromium (``/usr/bin/chromium``, driven by Playwright), in
+each palette the site offers. A page fails on any console error, uncaught page
+error, failed request, HTTP status >= 400, or request to any host but the local
+server (those are aborted: the book must read offline). Every Mermaid diagram must
+have rendered (Material swaps ``pre.mermaid`` for a ``div.mermaid`` host whose
+closed shadow root holds the SVG, so the host is what can be tested) and every
+formula (``.arithmatex``) must hold KaTeX output.
+
+``make test`` installs Chromium; without it this test fails, it does not skip.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import subprocess
+import sys
+import threading
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+RENDER_TIMEOUT_MS = 20_000
+
+
+# -- the site and its server ------------------------------------------------------
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed (exit {proc.returncode})\n{proc.stdout}{proc.stderr}"
+    return out
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    extensions_map = {
+        **http.server.SimpleHTTPRequestHandler.extensions_map,
+        ".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css",
+        ".json": "application/json", ".svg": "image/svg+xml", ".woff2": "font/woff2", ".woff": "font/woff",
+        ".ttf": "font/ttf", ".wasm": "application/wasm",
+    }
+
+    def log_message(self, format, *args):  # noqa: A002 - the signature is http.server's
+        pass
+
+
+@pytest.fixture(scope="module")
+def server(site):
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(site)))
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, name="site-server", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+class _Census(HTMLParser):
+    """Counts the elements the browser must render: Mermaid sources and formulas."""
+
+    def __init__(self):
+        super().__init__()
+        self.mermaid = 0
+        self.math = 0
+
+    def handle_starttag(self, tag, attrs):
+        classes = (dict(attrs).get("class") or "").split()
+        self.mermaid += "mermaid" in classes
+        self.math += "arithmatex" in classes
+
+
+def site_pages(site: Path) -> list[tuple[str, int, int]]:
+    """``(url path, Mermaid diagrams, formulas)`` of every page of the built site."""
+    found = []
+    for html in sorted(site.rglob("*.html")):
+        relative = html.relative_to(site).as_posix()
+        if html.name == "index.html":
+            path = "/" + relative.removesuffix("index.html")
+        elif relative == "404.html":
+            path = "/404.html"
+        else:
+            continue
+        census = _Census()
+        census.feed(html.read_text(encoding="utf-8"))
+        found.append((path, census.mermaid, census.math))
+    return found
+
+
+# -- the browser ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: 'make test' installs Debian's chromium "
+                    "(or run: apt-get update && apt-get install -y chromium)", pytrace=False)
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the playwright package is missing: pip install -e '.[test]'", pytrace=False)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+# Ready when every Mermaid source became a host and every formula holds KaTeX.
+READY_JS = """([diagrams, formulas]) => {
+  const hosts = document.querySelectorAll("div.mermaid").length;
+  const math = [...document.querySelectorAll(".arithmatex")];
+  return hosts >= diagrams && math.length >= formulas && math.every(el => el.querySelector(".katex"));
+}"""
+
+# What the page shows once ready (or once the wait gave up).
+INSPECT_JS = """() => {
+  const visible = el => !el.parentElement || el.parentElement.checkVisibility();
+  const hosts = [...document.querySelectorAll("div.mermaid")];
+  const math = [...document.querySelectorAll(".arithmatex")];
+  return {
+    scheme: document.body.getAttribute("data-md-color-scheme"),
+    hosts: hosts.length,
+    unrendered_sources: document.querySelectorAll("pre.mermaid, pre > code.language-mermaid").length,
+    empty_hosts: hosts.filter(el => {
+      const box = el.getBoundingClientRect();
+      return visible(el) && (box.width === 0 || box.height === 0 || el.childElementCount > 0);
+    }).length,
+    formulas: math.length,
+    formulas_without_katex: math.filter(el => !el.querySelector(".katex")).length,
+    katex_errors: document.querySelectorAll(".katex-error").length,
+  };
+}"""
+
+
+class _Visit:
+    """Listens to one browser context and keeps every problem it sees, by page."""
+
+    def __init__(self, context, origin: str):
+        self.origin = urlsplit(origin)
+        self.problems: list[str] = []
+        self.foreign: list[str] = []
+        context.route("**/*", self._route)
+
+    def _route(self, route):
+        url = urlsplit(route.request.url)
+        if url.scheme in ("http", "https", "ws", "wss") and url.netloc != self.origin.netloc:
+            self.foreign.append(route.request.url)
+            route.abort("blockedbyclient")
+        else:
+            route.continue_()
+
+    def watch(self, page, label: str) -> None:
+        def add(text: str) -> None:
+            self.problems.append(f"{label}: {text}")
+
+        page.on("console", lambda m: m.type == "error" and add(f"console error: {m.text} [{m.location.get('url', '')}]"))
+        page.on("pageerror", lambda e: add(f"page error: {e}"))
+        page.on("requestfailed", lambda r: urlsplit(r.url).netloc == self.origin.netloc
+                and add(f"request failed: {r.url} ({r.failure})"))
+        page.on("response", lambda r: r.status >= 400 and add(f"HTTP {r.status}: {r.url}"))
+
+
+def _choose_palette(page, scheme: str) -> str | None:
+    """Switch the page to Material's palette ``scheme``; ``None`` when the site does not offer it.
+
+    The toggle stores the choice in the context's local storage, so every page
+    opened after it shows the same palette.
+    """
+    current = lambda: page.evaluate("document.body.getAttribute('data-md-color-scheme')")  # noqa: E731
+    offered = page.eval_on_selector_all("input.md-option[data-md-color-scheme]",
+                                        "els => els.map(el => el.dataset.mdColorScheme)")
+    if scheme not in (offered or [current()]):
+        return None
+    for _ in range(len(offered)):
+        if current() == scheme:
+            break
+        page.locator("form[data-md-component=palette] label:not([hidden])").first.click()
+    return current()
+
+
+@pytest.mark.parametrize("scheme", ["default", "slate"])
+def test_every_page_renders_cleanly(scheme, browser, server, site):
+    pages = site_pages(site)
+    assert any(path == "/" for path, _, _ in pages), f"the built site has no home page (pages: {pages})"
+    context = browser.new_context(color_scheme="dark" if scheme == "slate" else "light", service_workers="block")
+    context.set_default_timeout(RENDER_TIMEOUT_MS)
+    visit = _Visit(context, server)
+    report = []
+    try:
+        for n, (path, diagrams, formulas) in enumerate(pages):
+            page = context.new_page()
+            visit.watch(page, path)
+            response = page.goto(server + path, wait_until="load")
+            if response is None or response.status >= 400:
+                visit.problems.append(f"{path}: opened with status {response and response.status}")
+            page.wait_for_load_state("networkidle")
+            if n == 0:
+                chosen = _choose_palette(page, scheme)
+                if chosen is None:
+                    pytest.skip(f"the site offers no '{scheme}' palette")
+                assert chosen == scheme, f"the palette toggle did not reach '{scheme}' (stuck at '{chosen}')"
+                page.reload(wait_until="load")
+                page.wait_for_load_state("networkidle")
+            try:
+                page.wait_for_function(READY_JS, arg=[diagrams, formulas], timeout=RENDER_TIMEOUT_MS)
+            except Exception:  # noqa: BLE001 - the inspection below says what is missing
+                visit.problems.append(f"{path}: Mermaid or KaTeX did not finish within {RENDER_TIMEOUT_MS} ms")
+            seen = page.evaluate(INSPECT_JS)
+            if seen["hosts"] < diagrams or seen["unrendered_sources"] or seen["empty_hosts"]:
+                visit.problems.append(f"{path}: {diagrams} Mermaid diagrams in the HTML, {seen['hosts']} rendered "
+                                      f"hosts, {seen['empty_hosts']} of them empty, "
+                                      f"{seen['unrendered_sources']} sources left unrendered")
+            if seen["formulas"] < formulas or seen["formulas_without_katex"] or seen["katex_errors"]:
+                visit.problems.append(f"{path}: {formulas} formulas in the HTML, {seen['formulas']} on the page, "
+                                      f"{seen['formulas_without_katex']} without KaTeX output, "
+                                      f"{seen['katex_errors']} KaTeX errors")
+            if seen["scheme"] != scheme:
+                visit.problems.append(f"{path}: shown in palette {seen['scheme']!r}, not {scheme!r}")
+            report.append(f"{path} ({seen['scheme']}): {seen['hosts']} diagrams, {seen['formulas']} formulas")
+            page.close()
+    finally:
+        context.close()
+    problems = visit.problems + [f"request to a foreign host, aborted: {url}" for url in dict.fromkeys(visit.foreign)]
+    assert not problems, f"{len(problems)} problems in the '{scheme}' palette:\n" + "\n".join(problems)
+    print("\n".join(report))
