@@ -20,16 +20,21 @@ REQUIRES_CUDA = True
 
 
 # --8<-- [start:step]
-def make_step(hidden: int, device: torch.device, dtype: torch.dtype):
+class Block(torch.nn.Module):
     """One small decode-like step: norm, up-projection, GELU, down-projection, residual."""
-    w_up = torch.randn(hidden, 4 * hidden, device=device, dtype=dtype) / hidden**0.5
-    w_down = torch.randn(4 * hidden, hidden, device=device, dtype=dtype) / (4 * hidden) ** 0.5
 
-    def step(x: torch.Tensor) -> torch.Tensor:
+    def __init__(self, hidden: int, device: torch.device, dtype: torch.dtype):
+        super().__init__()
+
+        def weight(rows: int, cols: int) -> torch.nn.Parameter:  # inference: no gradients
+            w = torch.randn(rows, cols, device=device, dtype=dtype) / rows**0.5
+            return torch.nn.Parameter(w, requires_grad=False)
+
+        self.up, self.down = weight(hidden, 4 * hidden), weight(4 * hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
-        return x + torch.nn.functional.gelu(h @ w_up) @ w_down
-
-    return step
+        return x + torch.nn.functional.gelu(h @ self.up) @ self.down
 # --8<-- [end:step]
 
 
@@ -80,7 +85,7 @@ def replay_rebinding(graph, static_input, static_output, new_input):
 def measure(lab) -> None:
     device, dtype = lab.device, torch.bfloat16
     hidden = 256 if lab.quick else 1024
-    step = make_step(hidden, device, dtype)
+    step = Block(hidden, device, dtype)
     static_x = torch.randn(1, hidden, device=device, dtype=dtype)
     graph, static_y = capture(step, static_x)
 
@@ -124,7 +129,7 @@ def capture_per_batch(step, batches, hidden, dtype, *, share_pool: bool):
 def _measure_pools(lab, dtype: torch.dtype) -> None:
     hidden = 256 if lab.quick else 4096
     batches = [1, 4, 16] if lab.quick else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
-    step = make_step(hidden, lab.device, dtype)
+    step = Block(hidden, lab.device, dtype)
     for share_pool in (False, True):
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
