@@ -58,3 +58,17 @@ class Cli:
 @pytest.fixture(scope="session")
 def cli() -> type[Cli]:
     return Cli
+
+
+def pytest_collection_modifyitems(config, items):
+    """``@pytest.mark.needs_cuda``: skipped, with that reason, where torch sees no GPU."""
+    marked = [item for item in items if item.get_closest_marker("needs_cuda")]
+    if not marked:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason=f"needs a CUDA GPU (torch {torch.__version__} sees none)")
+    for item in marked:
+        item.add_marker(skip)

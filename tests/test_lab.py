@@ -283,3 +283,27 @@ def test_committed_records_validate():
     for record in records:
         source = REPO / record.source
         assert source.is_file(), f"{record.machine.slug}/{record.topic}.json: source {record.source} is gone"
+
+
+# -- on a GPU (skipped, with the reason, elsewhere) ------------------------------------
+@pytest.mark.needs_cuda
+@pytest.mark.parametrize("timer", ["cuda_event", "host_sync", "do_bench"])
+def test_gpu_timers(timer):
+    if timer == "do_bench":
+        pytest.importorskip("triton", reason="do_bench is triton.testing's")
+    gpu = torch.device("cuda")
+    x = torch.randn(1 << 22, device=gpu)
+    samples = timing.measure(lambda: x.mul_(1.0), device=gpu, timer=timer, warmup=2, repetitions=5)
+    assert samples and all(0 < s < 1.0 for s in samples), samples
+
+
+@pytest.mark.needs_cuda
+def test_gpu_record(tmp_path):
+    lab = Lab(torch.device("cuda"), quick=True)
+    a = torch.randn(256, 256, device="cuda")
+    lab.check("matmul", a @ a, a.double() @ a.double(), tolerance=1e-2)
+    lab.time(lambda: a @ a, case={"n": 256})
+    record = _record(lab)
+    assert record.method.timer == "cuda_event" and record.machine.device == "cuda"
+    assert record.machine.gpu_name and record.machine.slug == provenance.slugify(record.machine.gpu_name)
+    assert load_records(write_record(tmp_path, record).parents[1]) == [record]
