@@ -1,0 +1,68 @@
+"""Numbers as the book prints them: three significant figures and a unit."""
+from __future__ import annotations
+
+import math
+
+from lab_site import LabError
+
+#: How a record's unit is written on the page.
+UNIT_TEXT = {"us": "µs", "x": "×"}
+#: Units written against the number, with no space (``2.5×``, ``12%``).
+ATTACHED = {"×", "%"}
+#: The space between a number and its unit; it does not break across lines.
+NBSP = "\u00a0"
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def format_number(value: float, sig: int = 3) -> str:
+    """``value`` to ``sig`` significant figures: ``12345 -> '12,300'``, ``0.0123 -> '0.0123'``.
+
+    Very large or very small magnitudes are written ``1.23 × 10⁶``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LabError(f"not a number: {value!r}")
+    if not math.isfinite(value):
+        raise LabError(f"not a finite number: {value!r}")
+    if value == 0:
+        return "0"
+    exponent = math.floor(math.log10(abs(value)))
+    rounded = round(value, sig - 1 - exponent)
+    if rounded != 0:  # 9.996 rounds to 10.0: one more digit before the point
+        exponent = math.floor(math.log10(abs(rounded)))
+    if exponent >= 6 or exponent < -3:
+        mantissa = rounded / 10**exponent
+        text = f"{abs(mantissa):.{sig - 1}f} × 10{str(exponent).translate(_SUPERSCRIPT)}"
+    else:
+        text = f"{abs(rounded):,.{max(0, sig - 1 - exponent)}f}"
+    return ("−" if rounded < 0 else "") + text
+
+
+def unit_text(unit: str) -> str:
+    return UNIT_TEXT.get(unit, unit)
+
+
+def format_quantity(value: float, unit: str, sig: int = 3) -> str:
+    """``(12.345, 'us') -> '12.3 µs'`` (no-break space), ``(2.5, 'x') -> '2.5×'``."""
+    number = format_number(value, sig)
+    shown = unit_text(unit)
+    if not shown:
+        return number
+    return f"{number}{shown}" if shown in ATTACHED else f"{number}{NBSP}{shown}"
+
+
+def run_date(iso: str) -> str:
+    """The day of an ISO 8601 timestamp: ``'2026-11-20T09:15:02+00:00' -> '2026-11-20'``."""
+    return iso.split("T", 1)[0]
+
+
+def short_commit(commit: str | None, dirty: bool | None) -> str:
+    """``'0123456789ab…', True -> '0123456 (dirty)'``; an unknown commit says so."""
+    if not commit:
+        return "commit unknown"
+    text = commit[:7]
+    if dirty:
+        text += " (uncommitted changes)"
+    elif dirty is None:
+        text += " (clean state unknown)"
+    return text

@@ -1,0 +1,285 @@
+"""Shortcodes in a page: ``<!-- lab:NAME args -->``, found and parsed into requests.
+
+The pattern is the one of Material's own ``overrides/hooks/shortcodes.py``: an HTML
+comment, so a page still reads sensibly where the hook does not run. Arguments are
+split with :func:`shlex.split`: positional arguments first, then ``key=value``
+options. Values parse as JSON scalars when they can (``32`` -> int, ``1.5`` -> float,
+``true`` -> bool, ``null`` -> None), otherwise they stay strings; write ``k='"32"'``
+for the string ``"32"``. Options that a shortcode does not reserve filter the rows
+of the record by their case (``layers=32``).
+
+Shortcodes inside fenced code blocks are left alone, so a page can show the syntax.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Union
+
+from lab_site import LabError
+
+Scalar = Union[bool, int, float, str, None]
+
+#: One regex finds every shortcode; group 1 is the name, group 2 the arguments.
+SHORTCODE = re.compile(r"<!-- lab:(\w+)(.*?) -->")
+_OPTION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})")
+
+OPS = (">=", ">", "<=", "<")
+STATS = ("median", "iqr", "q1", "q3", "n")
+
+
+class ShortcodeError(LabError):
+    pass
+
+
+@dataclass(frozen=True)
+class Shortcode:
+    """A shortcode as written: its name, positional arguments and options."""
+
+    name: str
+    positional: tuple[str, ...]
+    options: dict[str, Scalar]
+    text: str
+
+
+def scalar(text: str) -> Scalar:
+    """A JSON scalar when ``text`` is one (finite numbers only), else ``text`` itself."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    return text
+
+
+def parse(match: re.Match[str]) -> Shortcode:
+    """The :class:`Shortcode` of one :data:`SHORTCODE` match."""
+    name, rest = match.group(1), match.group(2)
+    try:
+        tokens = shlex.split(rest)
+    except ValueError as exc:
+        raise ShortcodeError(f"cannot split the arguments ({exc})") from None
+    positional: list[str] = []
+    options: dict[str, Scalar] = {}
+    for token in tokens:
+        option = _OPTION.match(token)
+        if option is None:
+            if options:
+                raise ShortcodeError(f"positional argument {token!r} after key=value options")
+            positional.append(token)
+            continue
+        key, value = option.groups()
+        if key in options:
+            raise ShortcodeError(f"option {key!r} given twice")
+        options[key] = scalar(value)
+    return Shortcode(name, tuple(positional), options, match.group(0))
+
+
+def parse_text(text: str) -> Shortcode:
+    """Parse one shortcode written out in full (handy in tests and messages)."""
+    match = SHORTCODE.fullmatch(text.strip())
+    if match is None:
+        raise ShortcodeError(f"not a lab shortcode: {text!r}")
+    return parse(match)
+
+
+# -- requests ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TableRequest:
+    topic: str
+    metrics: tuple[str, ...] | None
+    where: dict[str, Scalar] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PlotRequest:
+    topic: str
+    x: str
+    y: str
+    series: str | None = None
+    logx: bool = False
+    logy: bool = False
+    title: str | None = None
+    where: dict[str, Scalar] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ValueRequest:
+    topic: str
+    metric: str
+    machine: str | None = None
+    stat: str = "median"
+    where: dict[str, Scalar] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    topic: str
+    metric: str
+    op: str
+    bound: float
+    where: dict[str, Scalar] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        filters = "".join(f" {k}={json.dumps(v)}" for k, v in self.where.items())
+        return f"{self.topic} {self.metric} {self.op} {self.bound:g}{filters}"
+
+
+Request = Union[TableRequest, PlotRequest, ValueRequest, ClaimRequest]
+
+
+def _positional(code: Shortcode, names: tuple[str, ...]) -> tuple[str, ...]:
+    if len(code.positional) != len(names):
+        wanted = " ".join(n.upper() for n in names)
+        raise ShortcodeError(
+            f"lab:{code.name} takes {len(names)} positional argument(s) ({wanted}), "
+            f"got {len(code.positional)}: {' '.join(code.positional) or 'none'}"
+        )
+    return code.positional
+
+
+def _split(code: Shortcode, reserved: tuple[str, ...]) -> tuple[dict[str, Scalar], dict[str, Scalar]]:
+    """The options a shortcode reserves, and the rest as case filters."""
+    own = {k: v for k, v in code.options.items() if k in reserved}
+    where = {k: v for k, v in code.options.items() if k not in reserved}
+    return own, where
+
+
+def _flag(code: Shortcode, own: dict[str, Scalar], key: str) -> bool:
+    value = own.get(key, False)
+    if not isinstance(value, bool):
+        raise ShortcodeError(f"{key}= takes true or false, not {value!r}")
+    return value
+
+
+def _text(code: Shortcode, own: dict[str, Scalar], key: str, required: bool) -> str | None:
+    value = own.get(key)
+    if value is None:
+        if required:
+            raise ShortcodeError(f"lab:{code.name} needs {key}=")
+        return None
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _table(code: Shortcode) -> TableRequest:
+    (topic,) = _positional(code, ("topic",))
+    own, where = _split(code, ("metrics",))
+    metrics = _text(code, own, "metrics", required=False)
+    names = tuple(m.strip() for m in metrics.split(",")) if metrics is not None else None
+    if names is not None and not all(names):
+        raise ShortcodeError(f"metrics={metrics!r} holds an empty name")
+    return TableRequest(topic, names, where)
+
+
+def _plot(code: Shortcode) -> PlotRequest:
+    (topic,) = _positional(code, ("topic",))
+    own, where = _split(code, ("x", "y", "series", "logx", "logy", "title"))
+    return PlotRequest(
+        topic,
+        x=_text(code, own, "x", required=True),
+        y=_text(code, own, "y", required=True),
+        series=_text(code, own, "series", required=False),
+        logx=_flag(code, own, "logx"),
+        logy=_flag(code, own, "logy"),
+        title=_text(code, own, "title", required=False),
+        where=where,
+    )
+
+
+def _value(code: Shortcode) -> ValueRequest:
+    topic, metric = _positional(code, ("topic", "metric"))
+    own, where = _split(code, ("machine", "stat"))
+    stat = _text(code, own, "stat", required=False) or "median"
+    if stat not in STATS:
+        raise ShortcodeError(f"stat={stat!r} is not one of {', '.join(STATS)}")
+    return ValueRequest(topic, metric, _text(code, own, "machine", required=False), stat, where)
+
+
+def _claim(code: Shortcode) -> ClaimRequest:
+    topic, metric, op, bound_text = _positional(code, ("topic", "metric", "op", "bound"))
+    if op not in OPS:
+        raise ShortcodeError(f"operator {op!r} is not one of {' '.join(OPS)}")
+    bound = scalar(bound_text)
+    if isinstance(bound, bool) or not isinstance(bound, (int, float)):
+        raise ShortcodeError(f"bound {bound_text!r} is not a number")
+    return ClaimRequest(topic, metric, op, float(bound), code.options)
+
+
+BUILDERS: dict[str, Callable[[Shortcode], Request]] = {
+    "table": _table,
+    "plot": _plot,
+    "value": _value,
+    "claim": _claim,
+}
+#: Shortcodes that produce blocks (tabs) and so must stand alone on their line.
+BLOCK = {"table", "plot"}
+
+
+def request(code: Shortcode) -> Request:
+    """The typed request of a shortcode; an unknown name is an error."""
+    builder = BUILDERS.get(code.name)
+    if builder is None:
+        raise ShortcodeError(f"unknown shortcode lab:{code.name} (known: {', '.join(sorted(BUILDERS))})")
+    return builder(code)
+
+
+# -- expansion -----------------------------------------------------------------------
+
+def expand(markdown: str, render: Callable[[Request, Shortcode], str]) -> str:
+    """Replace every shortcode outside fenced code with ``render(request, shortcode)``.
+
+    A block shortcode (table, plot) must be alone on its line; its output is indented
+    like the comment, so it may sit inside an admonition or a tab.
+    """
+    out: list[str] = []
+    fence: tuple[str, int] | None = None  # (character, length) of the open fence
+    for line in markdown.splitlines(keepends=True):
+        opened = _FENCE.match(line)
+        if fence is not None:
+            if opened and opened["fence"][0] == fence[0] and len(opened["fence"]) >= fence[1] \
+                    and not line[opened.end():].strip():
+                fence = None
+            out.append(line)
+            continue
+        if opened:
+            fence = (opened["fence"][0], len(opened["fence"]))
+            out.append(line)
+            continue
+        out.append(_expand_line(line, render))
+    return "".join(out)
+
+
+def _request_of(match: re.Match[str]) -> tuple[Request, Shortcode]:
+    try:
+        code = parse(match)
+        return request(code), code
+    except ShortcodeError as exc:
+        raise ShortcodeError(f"{match.group(0)}: {exc}") from None
+
+
+def _expand_line(line: str, render: Callable[[Request, Shortcode], str]) -> str:
+    body = line.rstrip("\r\n")
+    whole = SHORTCODE.fullmatch(body.strip())
+    if whole is not None and whole.group(1) in BLOCK:
+        req, code = _request_of(whole)
+        indent = body[: len(body) - len(body.lstrip())]
+        lines = render(req, code).strip("\n").split("\n")
+        block = "\n".join((indent + text if text.strip() else "") for text in lines)
+        return f"\n{block}\n\n"
+
+    def substitute(match: re.Match[str]) -> str:
+        req, code = _request_of(match)
+        if code.name in BLOCK:
+            raise ShortcodeError(f"{match.group(0)}: lab:{code.name} makes a block; put it alone on its line")
+        return render(req, code)
+
+    return SHORTCODE.sub(substitute, line)
