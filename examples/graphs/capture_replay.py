@@ -130,6 +130,7 @@ def _measure_pools(lab, dtype: torch.dtype) -> None:
     hidden = 256 if lab.quick else 4096
     batches = [1, 4, 16] if lab.quick else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
     step = Block(hidden, lab.device, dtype)
+    reserved_mib = {}
     for share_pool in (False, True):
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
@@ -139,10 +140,13 @@ def _measure_pools(lab, dtype: torch.dtype) -> None:
         for _, graph, _ in graphs:
             graph.replay()
         torch.cuda.synchronize()
-        reserved_mib = (torch.cuda.memory_reserved() - before) / 2**20
-        lab.value(case={"pools": "shared" if share_pool else "one per graph", "graphs": len(batches), "hidden": hidden},
-                  metric="reserved", value=reserved_mib, unit="MiB")
+        pools = "shared" if share_pool else "one per graph"
+        reserved_mib[pools] = (torch.cuda.memory_reserved() - before) / 2**20
+        lab.value(case={"pools": pools, "graphs": len(batches), "hidden": hidden},
+                  metric="reserved", value=reserved_mib[pools], unit="MiB")
         del graphs
+    lab.value(case={"pools": "shared", "graphs": len(batches), "hidden": hidden}, metric="fraction_of_separate",
+              value=reserved_mib["shared"] / reserved_mib["one per graph"], unit="")
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
 
