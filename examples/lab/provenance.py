@@ -120,13 +120,14 @@ def machine_info(device: str) -> Machine:
 
 
 def git_state() -> tuple[str | None, bool | None]:
-    """Commit and dirty flag of the checkout, or of ``LAB_GIT_COMMIT``/``LAB_GIT_DIRTY``.
+    """Commit of the checkout, and whether ``examples/`` (the code that measures) differs from it.
 
-    The variables serve machines that receive a copy of the tree without ``.git``.
+    ``LAB_GIT_COMMIT``/``LAB_GIT_DIRTY`` serve machines that receive a copy of the
+    tree without ``.git``.
     """
     commit = _run("git", "-C", str(REPO_ROOT), "rev-parse", "HEAD")
     if commit:
-        status = _run("git", "-C", str(REPO_ROOT), "status", "--porcelain")
+        status = _run("git", "-C", str(REPO_ROOT), "status", "--porcelain", "--", "examples")
         return commit, bool(status)
     env_commit = os.environ.get("LAB_GIT_COMMIT") or None
     env_dirty = os.environ.get("LAB_GIT_DIRTY")
