@@ -126,20 +126,25 @@ def _git(*args: str, cwd: Path) -> str:
 
 
 def test_git_state_reads_the_checkout(tmp_path, monkeypatch):
+    """Dirty means the measuring code (examples/) differs from the commit; pages may change freely."""
     repo = tmp_path / "repo"
-    repo.mkdir()
+    (repo / "examples").mkdir(parents=True)
     _git("init", "-q", cwd=repo)
-    (repo / "a.txt").write_text("one\n")
-    _git("add", "a.txt", cwd=repo)
+    (repo / "examples" / "a.py").write_text("one = 1\n")
+    (repo / "page.md").write_text("# page\n")
+    _git("add", ".", cwd=repo)
     _git("commit", "-qm", "one", cwd=repo)
     monkeypatch.setattr(provenance, "REPO_ROOT", repo)
     monkeypatch.setenv("LAB_GIT_COMMIT", "f" * 40)  # ignored: the checkout wins
     head = _git("rev-parse", "HEAD", cwd=repo)
     assert provenance.git_state() == (head, False)
-    (repo / "new_example.py").write_text("# not committed yet\n")  # untracked code counts as dirty
+    (repo / "page.md").write_text("# edited page\n")
+    (repo / "notes.txt").write_text("untracked, outside examples/\n")
+    assert provenance.git_state() == (head, False)
+    (repo / "examples" / "b.py").write_text("# a new example, not committed yet\n")
     assert provenance.git_state() == (head, True)
-    (repo / "new_example.py").unlink()
-    (repo / "a.txt").write_text("two\n")
+    (repo / "examples" / "b.py").unlink()
+    (repo / "examples" / "a.py").write_text("one = 2\n")
     assert provenance.git_state() == (head, True)
 
 
