@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 from lab_site import LabError
 from lab_site.claims import ClaimResult, Verdict
-from lab_site.fmt import format_number, format_quantity, run_date, short_commit, unit_text
+from lab_site.fmt import format_quantity, run_date, short_commit, unit_text
 from lab_site.shortcodes import PlotRequest, TableRequest, ValueRequest
 from lab_site.store import Entry, SelectionError, metric, select, stat
 
@@ -155,7 +155,7 @@ def value(request: ValueRequest, entry: Entry) -> str:
         )
     m = metric(entry, rows[0], request.metric)
     x = stat(m, request.stat)
-    shown = format_number(x) if request.stat == "n" else format_quantity(x, m.unit)
+    shown = str(int(x)) if request.stat == "n" else format_quantity(x, m.unit)
     details = [f"{entry.label} ({entry.slug})", f"median {format_quantity(m.median, m.unit)}"]
     if m.iqr is not None:
         details.append(f"IQR {format_quantity(m.iqr, m.unit)}")
