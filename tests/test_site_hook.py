@@ -72,10 +72,11 @@ def test_each_shortcode_becomes_its_request():
         shortcodes.ValueRequest("t.x", "time", "nvidia-h200", "iqr", {"layers": 8})
     assert req("<!-- lab:claim t.x speedup >= 2 mode=graph -->") == \
         shortcodes.ClaimRequest("t.x", "speedup", ">=", 2.0, {"mode": "graph"})
+    assert req("<!-- lab:notes t.x keys=item,cpu -->") == shortcodes.NotesRequest("t.x", ("item", "cpu"))
 
 
 @pytest.mark.parametrize("text, message", [
-    ("<!-- lab:tabel t.x -->", "unknown shortcode lab:tabel (known: claim, plot, table, value)"),
+    ("<!-- lab:tabel t.x -->", "unknown shortcode lab:tabel (known: claim, notes, plot, table, value)"),
     ("<!-- lab:table -->", "takes 1 positional argument(s) (TOPIC), got 0"),
     ("<!-- lab:table t.x layers=8 extra -->", "positional argument 'extra' after key=value options"),
     ("<!-- lab:table t.x a=1 a=2 -->", "option 'a' given twice"),
@@ -87,6 +88,7 @@ def test_each_shortcode_becomes_its_request():
     ("<!-- lab:claim t.x speedup >= fast -->", "bound 'fast' is not a number"),
     ("<!-- lab:claim t.x speedup >= -->", "takes 4 positional argument(s)"),
     ('<!-- lab:table t.x title="open -->', "cannot split the arguments"),
+    ("<!-- lab:notes t.x mode=eager -->", "lab:notes takes only keys=, not mode (notes have no cases)"),
 ])
 def test_malformed_shortcodes_are_errors(text, message):
     with pytest.raises(shortcodes.ShortcodeError, match=re.escape(message)):
@@ -286,6 +288,21 @@ def test_machines_without_the_rows_asked_for_are_left_out(fixture_store):
         markdown.table(req("<!-- lab:table fixture.launch metrics=latency -->"), fixture_store.topic(TOPIC), link)
     with pytest.raises(store.SelectionError, match="has mode='replay'"):
         markdown.table(req("<!-- lab:table fixture.launch mode=replay -->"), fixture_store.topic(TOPIC), link)
+
+
+def test_notes_spread_mappings_over_columns(fixture_store):
+    text = markdown.notes(req("<!-- lab:notes fixture.launch -->"), fixture_store.topic(TOPIC, H200), link)
+    assert re.findall(r'^===!? "(.*)"$', text, flags=re.M) == ["NVIDIA H200"]  # only it has notes
+    assert "    | note | raised | then, ending the capture | value |\n    |:--|:--|:--|:--|\n" in text
+    assert ("    | item | RuntimeError: operation not permitted when stream is capturing | RuntimeError: "
+            "operation failed due to a previous error during capture | — |") in text
+    assert "| cpu | RuntimeError: cannot copy to pageable memory \\| while capturing | — | — |" in text
+    assert "| kernel | — | — | void at::native::vectorized_elementwise_kernel&lt;4&gt; |" in text
+    assert "| sizes | — | — | 8; 32 |" in text
+    only = markdown.notes(req("<!-- lab:notes fixture.launch keys=sizes -->"), fixture_store.topic(TOPIC), link)
+    assert "| note | value |" in only and "item" not in only
+    with pytest.raises(store.SelectionError, match="has no note 'nope' \\(notes: item, cpu, kernel, sizes\\)"):
+        markdown.notes(req("<!-- lab:notes fixture.launch keys=nope -->"), fixture_store.topic(TOPIC, H200), link)
 
 
 def test_value_is_one_number_with_its_provenance_in_the_title(fixture_store):

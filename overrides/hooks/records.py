@@ -8,6 +8,7 @@ roots of ``extra.lab.record_roots`` (and the folders named in the environment va
     <!-- lab:plot TOPIC x=KEY y=METRIC [series=KEY] [logx=true] [logy=true] [title="..."] [key=value ...] -->
     <!-- lab:value TOPIC METRIC [machine=SLUG] [stat=median|iqr|q1|q3|n] [key=value ...] -->
     <!-- lab:claim TOPIC METRIC OP BOUND [key=value ...] -->     (OP: >= > <= <)
+    <!-- lab:notes TOPIC [keys=a,b] -->                           (what an example observed)
 
 A problem in a page or a record stops the build with the page named; a claim that a GPU
 record contradicts, or that no GPU record can check, is a warning, so ``--strict`` fails.
@@ -155,6 +156,10 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
             entries = state.store.topic(req.topic, state.primary)
             _note_stale(page, entries)
             return render.plot(req, entries, _link(page), lambda e: _plot(req, e, page))
+        if isinstance(req, shortcodes.NotesRequest):
+            entries = state.store.topic(req.topic, state.primary)
+            _note_stale(page, entries)
+            return render.notes(req, entries, _link(page))
         if isinstance(req, shortcodes.ValueRequest):
             entry = state.store.machine(req.topic, req.machine, state.primary)
             _note_stale(page, [entry])

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from lab_site import LabError
 from lab_site.claims import ClaimResult, Verdict
 from lab_site.fmt import format_quantity, run_date, short_commit, unit_text
-from lab_site.shortcodes import PlotRequest, TableRequest, ValueRequest
+from lab_site.shortcodes import NotesRequest, PlotRequest, TableRequest, ValueRequest
 from lab_site.store import Entry, SelectionError, metric, select, stat
 
 STALE_TITLE = "Measured on an earlier version of this code"
@@ -142,6 +142,43 @@ def plot(request: PlotRequest, entries: Sequence[Entry], link: Callable[[Entry],
     ``placeholder(entry)`` draws the plot and returns the token that stands for it.
     """
     return _per_machine(request.topic, entries, placeholder, link)
+
+
+def notes_markdown(request: NotesRequest, entry: Entry) -> str:
+    """A record's notes (what an example observed rather than timed) as a table.
+
+    One row per note; a note that is a mapping spreads over one column per key, a list
+    is joined with semicolons, anything else goes in the column "value".
+    """
+    notes = entry.record.notes
+    names = list(request.keys) if request.keys else list(notes)
+    missing = [n for n in names if n not in notes]
+    if missing or not names:
+        raise SelectionError(
+            f"topic {entry.record.topic} on {entry.slug} has no note {missing[0]!r} (notes: {', '.join(notes) or 'none'})"
+            if missing else f"topic {entry.record.topic} on {entry.slug} has no notes"
+        )
+    columns = list(dict.fromkeys(k for n in names if isinstance(notes[n], dict) for k in notes[n]))
+    if any(not isinstance(notes[n], dict) for n in names):
+        columns.append("value")
+    lines = ["| note | " + " | ".join(map(_cell, columns)) + " |", "|" + "|".join([":--"] * (len(columns) + 1)) + "|"]
+    for name in names:
+        note = notes[name]
+        cells = note if isinstance(note, dict) else {"value": note}
+        shown = [_note_value(cells[c]) if c in cells else "—" for c in columns]
+        lines.append(f"| {_cell(name)} | " + " | ".join(shown) + " |")
+    return "\n".join(lines)
+
+
+def _note_value(value) -> str:
+    if isinstance(value, list):
+        return "; ".join(_cell(_case_value(v)) for v in value)
+    return _cell(_case_value(value))
+
+
+def notes(request: NotesRequest, entries: Sequence[Entry], link: Callable[[Entry], str]) -> str:
+    """Tabs, one per machine with the notes asked for: provenance, the stale warning, the notes."""
+    return _per_machine(request.topic, entries, lambda e: notes_markdown(request, e), link)
 
 
 def value(request: ValueRequest, entry: Entry) -> str:

@@ -134,7 +134,13 @@ class ClaimRequest:
         return f"{self.topic} {self.metric} {self.op} {self.bound:g}{filters}"
 
 
-Request = Union[TableRequest, PlotRequest, ValueRequest, ClaimRequest]
+@dataclass(frozen=True)
+class NotesRequest:
+    topic: str
+    keys: tuple[str, ...] | None = None
+
+
+Request = Union[TableRequest, PlotRequest, ValueRequest, ClaimRequest, NotesRequest]
 
 
 def _positional(code: Shortcode, names: tuple[str, ...]) -> tuple[str, ...]:
@@ -170,14 +176,26 @@ def _text(code: Shortcode, own: dict[str, Scalar], key: str, required: bool) -> 
     return value if isinstance(value, str) else json.dumps(value)
 
 
+def _names(code: Shortcode, own: dict[str, Scalar], key: str) -> tuple[str, ...] | None:
+    text = _text(code, own, key, required=False)
+    names = tuple(m.strip() for m in text.split(",")) if text is not None else None
+    if names is not None and not all(names):
+        raise ShortcodeError(f"{key}={text!r} holds an empty name")
+    return names
+
+
 def _table(code: Shortcode) -> TableRequest:
     (topic,) = _positional(code, ("topic",))
     own, where = _split(code, ("metrics",))
-    metrics = _text(code, own, "metrics", required=False)
-    names = tuple(m.strip() for m in metrics.split(",")) if metrics is not None else None
-    if names is not None and not all(names):
-        raise ShortcodeError(f"metrics={metrics!r} holds an empty name")
-    return TableRequest(topic, names, where)
+    return TableRequest(topic, _names(code, own, "metrics"), where)
+
+
+def _notes(code: Shortcode) -> NotesRequest:
+    (topic,) = _positional(code, ("topic",))
+    own, rest = _split(code, ("keys",))
+    if rest:
+        raise ShortcodeError(f"lab:notes takes only keys=, not {', '.join(rest)} (notes have no cases)")
+    return NotesRequest(topic, _names(code, own, "keys"))
 
 
 def _plot(code: Shortcode) -> PlotRequest:
@@ -219,9 +237,10 @@ BUILDERS: dict[str, Callable[[Shortcode], Request]] = {
     "plot": _plot,
     "value": _value,
     "claim": _claim,
+    "notes": _notes,
 }
 #: Shortcodes that produce blocks (tabs) and so must stand alone on their line.
-BLOCK = {"table", "plot"}
+BLOCK = {"table", "plot", "notes"}
 
 
 def request(code: Shortcode) -> Request:
