@@ -1,0 +1,186 @@
+"""The real site builds with ``--strict``, reads offline, and a contradicted claim fails it.
+
+Needs ``node_modules/`` (``npm ci``): the build serves Mermaid and KaTeX from it and
+fails with that instruction when it is missing.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "overrides" / "hooks"))
+
+from lab_site import shortcodes  # noqa: E402
+
+#: Hosts a page must never load anything from (fonts, scripts, styles).
+CDNS = ("fonts.googleapis.com", "fonts.gstatic.com", "unpkg.com", "cdn.jsdelivr.net", "cdnjs.cloudflare.com")
+#: What a build of the book copies into a scratch folder to build it there.
+TREE = ("docs", "overrides", "snippets", "examples", "mkdocs.yml", "package.json")
+
+
+def build(cwd: Path, out: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=cwd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1", **env},
+    )
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    proc = build(REPO, out)
+    assert proc.returncode == 0, f"mkdocs build --strict failed (exit {proc.returncode})\n{proc.stdout}{proc.stderr}"
+    return out
+
+
+class _Loads(HTMLParser):
+    """Every URL a page loads by itself (scripts, styles, icons, images, frames), in order."""
+
+    def __init__(self):
+        super().__init__()
+        self.urls: list[tuple[str, str]] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag in ("script", "img", "iframe", "source", "audio", "video", "embed") and a.get("src"):
+            self.urls.append((tag, a["src"]))
+        if tag == "link" and a.get("href") and a.get("rel") not in ("next", "prev", "canonical", "alternate"):
+            self.urls.append((f"link rel={a.get('rel')}", a["href"]))
+
+
+def loads(page: Path) -> list[tuple[str, str]]:
+    parser = _Loads()
+    parser.feed(page.read_text(encoding="utf-8"))
+    return parser.urls
+
+
+def test_every_page_loads_only_from_the_site(site):
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) >= 3, [p.name for p in pages]  # home, chapter 5, 404
+    for page in pages:
+        for tag, url in loads(page):
+            if url.startswith("data:"):
+                continue
+            parts = urlsplit(url)
+            assert not parts.scheme and not parts.netloc, f"{page.relative_to(site)}: <{tag}> loads {url}"
+            # 404.html is served at any depth, so its links start from the site's root.
+            base = site if parts.path.startswith("/") else page.parent
+            target = (base / parts.path.lstrip("/")).resolve()
+            assert target.is_file(), f"{page.relative_to(site)}: <{tag}> loads {url}, which the site lacks"
+        text = page.read_text(encoding="utf-8")
+        for cdn in CDNS:
+            assert cdn not in text, f"{page.relative_to(site)} names {cdn}"
+    for css in site.rglob("*.css"):
+        for cdn in CDNS:
+            assert cdn not in css.read_text(encoding="utf-8"), f"{css.relative_to(site)} names {cdn}"
+
+
+def test_mermaid_is_defined_before_materials_bundle_and_katex_is_local(site):
+    home = site / "index.html"
+    html = home.read_text(encoding="utf-8")
+    assert 'class="mermaid"' in html and 'class="arithmatex"' in html, "the home page exercises both renderers"
+    scripts = [url for tag, url in loads(home) if tag == "script"]
+    bundle = next(i for i, u in enumerate(scripts) if re.search(r"assets/javascripts/bundle\.\w+\.min\.js$", u))
+    # Material's bundle loads Mermaid from unpkg unless `mermaid` is already defined.
+    assert scripts.index("assets/vendor/mermaid/mermaid.min.js") < bundle
+    assert "assets/vendor/katex/katex.min.js" in scripts and "javascripts/katex.js" in scripts
+    css = (site / "assets/vendor/katex/katex.min.css").read_text(encoding="utf-8")
+    fonts = set(re.findall(r"url\(([^)]+)\)", css))
+    assert fonts and all((site / "assets/vendor/katex" / f.strip("\"'")).is_file() for f in fonts)
+
+
+def test_search_and_claims_are_in_the_site(site):
+    index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
+    assert any(doc["location"] == "" for doc in index["docs"])
+    report = json.loads((site / "claims.json").read_text(encoding="utf-8"))
+    assert all(claim["holds"] and claim["verdicts"] for claim in report["claims"])  # or the build had failed
+
+
+# -- a claim that a record contradicts fails the build ---------------------------------------
+
+def page_claims() -> list[tuple[Path, shortcodes.ClaimRequest]]:
+    """Every lab:claim written in the book's pages (outside code fences)."""
+    found = []
+    for page in sorted((REPO / "docs").rglob("*.md")):
+        def collect(request, code, page=page):
+            if isinstance(request, shortcodes.ClaimRequest):
+                found.append((page, request))
+            return ""
+        shortcodes.expand(page.read_text(encoding="utf-8"), collect)
+    return found
+
+
+def scratch_copy(tmp_path: Path) -> Path:
+    tree = tmp_path / "book"
+    tree.mkdir()
+    for name in TREE:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, tree / name)
+    (tree / "node_modules").symlink_to(REPO / "node_modules", target_is_directory=True)
+    return tree
+
+
+def breaking(op: str, bound: float) -> float:
+    """A value on the wrong side of ``op bound``."""
+    step = max(1.0, abs(bound))
+    return bound - step if op in (">=", ">") else bound + step
+
+
+def contradict(root: Path, claim: shortcodes.ClaimRequest) -> Path:
+    """Rewrite one GPU record of the claim's topic so the claim no longer holds on it."""
+    for path in sorted(root.glob(f"*/{claim.topic}.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data["machine"]["device"] != "cuda":
+            continue
+        for row in data["results"]:
+            if all(row["case"].get(k) == v for k, v in claim.where.items()) and claim.metric in row["metrics"]:
+                metric = row["metrics"][claim.metric]
+                metric["median"] = breaking(claim.op, claim.bound)
+                for key in ("q1", "q3", "min", "max"):  # keep the spread around the new median
+                    if metric.get(key) is not None:
+                        metric[key] = metric["median"]
+                assert math.isfinite(metric["median"])
+                path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+                return path
+    raise AssertionError(f"no GPU record under {root} has a row for the claim {claim.describe()}")
+
+
+def test_a_contradicted_claim_fails_the_strict_build(tmp_path):
+    tree = scratch_copy(tmp_path)
+    claims = page_claims()
+    env = {}
+    if claims:  # the book's own pages and records
+        page, claim = claims[0]
+        record = contradict(tree / "docs" / "records", claim)
+        where = page.relative_to(REPO / "docs").as_posix()
+    else:  # no page claims anything yet: a scratch page against the fixture records
+        shutil.copytree(REPO / "tests" / "fixtures", tree / "tests" / "fixtures")
+        (tree / "docs" / "claim.md").write_text(
+            "# Claim\n\nReplay wins: <!-- lab:claim fixture.launch speedup >= 2 mode=graph -->\n", encoding="utf-8")
+        env["LAB_EXTRA_RECORDS"] = "tests/fixtures/records"
+        claim = shortcodes.request(shortcodes.parse_text("<!-- lab:claim fixture.launch speedup >= 2 mode=graph -->"))
+        where = "claim.md"
+        # As committed, the fixture records satisfy the claim: the scratch page builds.
+        control = build(tree, tmp_path / "control", **env)
+        assert control.returncode == 0, control.stdout + control.stderr
+        record = contradict(tree / "tests" / "fixtures" / "records", claim)
+    proc = build(tree, tmp_path / "site", **env)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, f"the build passed although {record} contradicts {claim.describe()}\n{output}"
+    assert f"{where}: claim '{claim.describe()}' is VIOLATED on {record.parent.name}" in output, output
+    assert "Aborted with" in output and "in strict mode" in output, output
