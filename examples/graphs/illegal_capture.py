@@ -1,4 +1,4 @@
-"""What may not happen while a CUDA graph is being captured, and the error each gives.
+"""What may not happen while a CUDA graph is captured, and the errors it gives.
 
 During capture the GPU runs nothing: kernels are only recorded. So anything
 that needs a result on the host (``.item()``, ``.cpu()``, ``print``, an output
@@ -7,6 +7,7 @@ device (``synchronize``) cannot work, and CUDA refuses it. Each attempt runs
 in a fresh process, because a failed capture can leave the CUDA context
 unusable; the record keeps the exception each one raised.
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -38,20 +39,26 @@ def _synchronize(x):
     torch.cuda.synchronize()  # waits for work that is not running
 
 
-ATTEMPTS = {"item": _item, "cpu": _cpu, "print": _print, "nonzero": _nonzero, "synchronize": _synchronize}
+ATTEMPTS = {
+    "item": _item,
+    "cpu": _cpu,
+    "print": _print,
+    "nonzero": _nonzero,
+    "synchronize": _synchronize,
+}
 # --8<-- [end:attempts]
 
 
 # --8<-- [start:attempt]
 def attempt(name: str) -> dict[str, str]:
-    """Capture ``ATTEMPTS[name]`` in a fresh process; return the errors it raised."""
+    """Capture ``ATTEMPTS[name]`` (in a fresh process); return its errors."""
     x = torch.randn(1024, device="cuda")
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.graph(graph):
             ATTEMPTS[name](x)
-    except Exception as exc:  # noqa: BLE001 -- we report whatever CUDA or torch raised
+    except Exception as exc:  # noqa: BLE001 -- report whatever was raised
         # Leaving the block ends the capture, which fails again and hides the
         # first error behind a second one; the first is the one that explains.
         first = exc
@@ -66,6 +73,8 @@ def attempt(name: str) -> dict[str, str]:
 
 def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+
+
 # --8<-- [end:attempt]
 
 

@@ -1,4 +1,4 @@
-"""Per-kernel cost: launching tiny kernels one by one (eager) vs replaying them from a graph.
+"""Per-kernel cost: tiny kernels launched one by one vs replayed from a graph.
 
 Each step is a chain of ``kernels`` in-place additions on a small tensor, so
 the arithmetic is negligible and what is measured is the cost of getting a
@@ -8,6 +8,7 @@ kernel; a graph replay submits the whole chain with one launch.
 On a machine without a GPU the eager chain is timed on the CPU, where the same
 per-op overhead (Python and the dispatcher) is paid with no launch at all.
 """
+
 from __future__ import annotations
 
 import sys
@@ -16,7 +17,7 @@ import torch
 
 from examples.graphs.capture_replay import capture
 
-ELEMENTS = 1024  # 4 KiB of float32: the kernel body is a few hundred nanoseconds of work
+ELEMENTS = 1024  # 4 KiB of float32: the kernel itself does almost no work
 
 
 # --8<-- [start:chain]
@@ -25,6 +26,8 @@ def add_chain(x: torch.Tensor, kernels: int) -> torch.Tensor:
     for _ in range(kernels):
         x.add_(1.0)
     return x
+
+
 # --8<-- [end:chain]
 
 
@@ -32,23 +35,46 @@ def measure(lab) -> None:
     chain_lengths = [1, 16] if lab.quick else [1, 4, 16, 64, 256, 1024]
     x = torch.randn(ELEMENTS, device=lab.device)
     for kernels in chain_lengths:
-        eager = lab.time(lambda: add_chain(x, kernels), case={"kernels": kernels, "mode": "eager"}, metric="step")
-        lab.value(case={"kernels": kernels, "mode": "eager"}, metric="per_kernel",
-                  value=eager.median / kernels, unit="us")
+        eager = lab.time(
+            lambda: add_chain(x, kernels),
+            case={"kernels": kernels, "mode": "eager"},
+            metric="step",
+        )
+        lab.value(
+            case={"kernels": kernels, "mode": "eager"},
+            metric="per_kernel",
+            value=eager.median / kernels,
+            unit="us",
+        )
         if not lab.cuda:
             continue
         # --8<-- [start:graph]
         static_x = torch.randn(ELEMENTS, device=lab.device)
-        graph, _ = capture(lambda t: add_chain(t, kernels), static_x, warmup=0)  # records, runs nothing
+        # Capture records the chain; nothing runs yet.
+        graph, _ = capture(lambda t: add_chain(t, kernels), static_x, warmup=0)
         expected = static_x + kernels
         graph.replay()  # one launch for the whole chain
         # --8<-- [end:graph]
-        lab.check(f"graph of {kernels} additions", static_x, expected, tolerance=1e-4)
-        replayed = lab.time(graph.replay, case={"kernels": kernels, "mode": "graph"}, metric="step")
-        lab.value(case={"kernels": kernels, "mode": "graph"}, metric="per_kernel",
-                  value=replayed.median / kernels, unit="us")
-        lab.value(case={"kernels": kernels, "mode": "graph"}, metric="speedup",
-                  value=eager.median / replayed.median, unit="x")
+        lab.check(
+            f"graph of {kernels} additions", static_x, expected, tolerance=1e-4
+        )
+        replayed = lab.time(
+            graph.replay,
+            case={"kernels": kernels, "mode": "graph"},
+            metric="step",
+        )
+        lab.value(
+            case={"kernels": kernels, "mode": "graph"},
+            metric="per_kernel",
+            value=replayed.median / kernels,
+            unit="us",
+        )
+        lab.value(
+            case={"kernels": kernels, "mode": "graph"},
+            metric="speedup",
+            value=eager.median / replayed.median,
+            unit="x",
+        )
 
 
 def main(argv=None) -> int:
