@@ -133,7 +133,8 @@ def test_units_as_the_page_writes_them():
     assert format_quantity(2.5, "x") == "2.50×"
     assert format_quantity(12.8, "%") == "12.8%"
     assert format_quantity(3.35, "TB/s") == f"3.35{NBSP}TB/s"
-    assert format_quantity(7, "") == "7.00"
+    assert format_quantity(7.5, "") == "7.50"
+    assert format_quantity(80.0, "") == "80" and format_quantity(12345, "") == "12,345"  # counts stay whole
     with pytest.raises(LabError, match="not a finite number"):
         format_number(float("inf"))
 
@@ -303,6 +304,15 @@ def test_notes_spread_mappings_over_columns(fixture_store):
     assert "| note | value |" in only and "item" not in only
     with pytest.raises(store.SelectionError, match="has no note 'nope' \\(notes: item, cpu, kernel, sizes\\)"):
         markdown.notes(req("<!-- lab:notes fixture.launch keys=nope -->"), fixture_store.topic(TOPIC, H200), link)
+
+
+def test_a_record_of_notes_only_claims_no_timer(fixture_store):
+    import dataclasses
+
+    h200 = entry(fixture_store, H200)
+    timed = markdown.provenance(h200, "x.json")
+    notes_only = dataclasses.replace(h200, record=h200.record.model_copy(update={"results": []}))
+    assert "repetitions" in timed and "repetitions" not in markdown.provenance(notes_only, "x.json")
 
 
 def test_value_is_one_number_with_its_provenance_in_the_title(fixture_store):

@@ -43,9 +43,14 @@ def unit_text(unit: str) -> str:
 
 
 def format_quantity(value: float, unit: str, sig: int = 3) -> str:
-    """``(12.345, 'us') -> '12.3 µs'`` (no-break space), ``(2.5, 'x') -> '2.5×'``."""
-    number = format_number(value, sig)
+    """``(12.345, 'us') -> '12.3 µs'`` (no-break space), ``(2.5, 'x') -> '2.50×'``.
+
+    A whole number without a unit is a count and is written whole: ``(80.0, '') -> '80'``.
+    """
     shown = unit_text(unit)
+    if not shown and isinstance(value, (int, float)) and float(value).is_integer() and abs(value) < 1e6:
+        return f"{int(value):,}".replace("-", "−")
+    number = format_number(value, sig)
     if not shown:
         return number
     return f"{number}{shown}" if shown in ATTACHED else f"{number}{NBSP}{shown}"

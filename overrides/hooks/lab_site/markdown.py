@@ -48,7 +48,8 @@ def provenance(entry: Entry, link: str) -> str:
     parts.append(f"Triton {m.triton}" if m.triton else "no Triton")
     parts.append(f"run {run_date(run.date)}")
     parts.append(f"commit {short_commit(run.commit, run.dirty)}")
-    parts.append(f"{method.repetitions} repetitions after {method.warmup} warm-up, timer `{method.timer}`")
+    if entry.record.results:  # a record of notes only timed nothing
+        parts.append(f"{method.repetitions} repetitions after {method.warmup} warm-up, timer `{method.timer}`")
     if run.quick:
         parts.append("quick run (CI sizes)")
     return " · ".join(parts) + f" · [record (JSON)]({link})\n{{ .lab-provenance }}"

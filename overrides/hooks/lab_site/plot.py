@@ -111,6 +111,8 @@ def line_plot(
             if logy:
                 ax.set_yscale("log")
                 ax.yaxis.set_major_formatter(plain)
+                # Over less than a decade matplotlib labels minor ticks, in mathtext by default.
+                ax.yaxis.set_minor_formatter(matplotlib.ticker.LogFormatter(labelOnlyBase=False))
             if not numeric:
                 ax.set_xticks(range(len(categories)), [str(c) for c in categories])
             ax.set_xlabel(xlabel)
