@@ -57,9 +57,11 @@ def provenance(entry: Entry, link: str) -> str:
 
 def stale_note(entry: Entry) -> str:
     command = f"python -m examples.lab run {entry.record.topic} --out DIR"
+    source = entry.record.source
+    reason = (entry.stale_reason or "").replace(source, f"`{source}`", 1)
     return (
         f'!!! warning "{STALE_TITLE}"\n\n'
-        f"{INDENT}{entry.stale_reason}: the numbers below were measured by the code as it was on "
+        f"{INDENT}{reason}: the numbers below were measured by the code as it was on "
         f"{run_date(entry.record.run.date)}. Rerun `{command}` to refresh them.\n"
     )
 
