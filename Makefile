@@ -18,6 +18,8 @@ BIN    := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 CHROMIUM   := /usr/bin/chromium
 SITE_DIR   := site
+# Material 9.7+ prints an end-of-life banner on every build; the pins are deliberate.
+export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: help setup serve build test clean distclean
 
