@@ -499,3 +499,16 @@ def test_vendored_files_include_katex_fonts_and_mermaid():
     assert "assets/vendor/mermaid/mermaid.min.js" in uris
     assert "assets/vendor/katex/contrib/auto-render.min.js" in uris
     assert any(re.fullmatch(r"assets/vendor/katex/fonts/KaTeX_Main-Regular\.woff2", u) for u in uris)
+
+
+# -- the glossary ------------------------------------------------------------------------------
+
+def test_glossary_lines_are_abbreviations_each_defined_once():
+    lines = (REPO / "snippets" / "glossary.md").read_text(encoding="utf-8").splitlines()
+    terms = []
+    for n, line in enumerate(lines, start=1):
+        match = re.fullmatch(r"\*\[([^\]]+)\]: (\S.*)", line)
+        assert match, f"snippets/glossary.md:{n} is not an abbreviation (*[TERM]: meaning): {line!r}"
+        terms.append(match[1])
+    assert len(terms) == len(set(terms)), sorted(t for t in terms if terms.count(t) > 1)
+    assert {"GPU", "SM", "HBM", "IQR", "TF32", "KV", "cuBLAS"} <= set(terms)
