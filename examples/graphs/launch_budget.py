@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import asdict, dataclass
 
@@ -66,8 +67,8 @@ def _positive(kind: type):
             raise argparse.ArgumentTypeError(
                 f"expected a positive {kind.__name__}, got {text!r}"
             ) from None
-        if not value > 0:  # also rejects NaN
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        if not (value > 0 and math.isfinite(value)):  # rejects NaN and inf
+            raise argparse.ArgumentTypeError(f"must be positive and finite, got {text}")
         return value
 
     parse.__name__ = kind.__name__

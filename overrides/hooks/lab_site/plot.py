@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import io
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -111,8 +112,9 @@ def line_plot(
             if logy:
                 ax.set_yscale("log")
                 ax.yaxis.set_major_formatter(plain)
-                # Over less than a decade matplotlib labels minor ticks, in mathtext by default.
-                ax.yaxis.set_minor_formatter(matplotlib.ticker.LogFormatter(labelOnlyBase=False))
+                # Label the minor ticks at 2 and 5 of each decade, as plain numbers
+                # (matplotlib's default writes them in mathtext, "2 × 10^1").
+                ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(_two_and_five))
             if not numeric:
                 ax.set_xticks(range(len(categories)), [str(c) for c in categories])
             ax.set_xlabel(xlabel)
@@ -160,3 +162,11 @@ def contrast(a: str, b: str) -> float:
     """WCAG contrast ratio of two ``#rrggbb`` colours."""
     la, lb = sorted((_luminance(a), _luminance(b)), reverse=True)
     return (la + 0.05) / (lb + 0.05)
+
+
+def _two_and_five(value: float, _position) -> str:
+    """A plain label for minor log ticks whose leading digit is 2 or 5."""
+    if value <= 0:
+        return ""
+    leading = value / 10 ** math.floor(math.log10(value))
+    return f"{value:g}" if round(leading, 6) in (2.0, 5.0) else ""
