@@ -291,6 +291,13 @@ def test_machines_without_the_rows_asked_for_are_left_out(fixture_store):
         markdown.table(req("<!-- lab:table fixture.launch mode=replay -->"), fixture_store.topic(TOPIC), link)
 
 
+def test_naming_metrics_drops_rows_that_have_none_of_them(fixture_store):
+    text = markdown.table(req("<!-- lab:table fixture.launch metrics=speedup -->"),
+                          fixture_store.topic(TOPIC, H200), link)
+    h200 = text.split('=== "NVIDIA H100')[0]
+    assert "| graph |" in h200 and "| eager |" not in h200  # eager rows have no speedup
+
+
 def test_notes_spread_mappings_over_columns(fixture_store):
     text = markdown.notes(req("<!-- lab:notes fixture.launch -->"), fixture_store.topic(TOPIC, H200), link)
     assert re.findall(r'^===!? "(.*)"$', text, flags=re.M) == ["NVIDIA H200"]  # only it has notes

@@ -73,12 +73,15 @@ def _cell(text: str) -> str:
 def table_markdown(request: TableRequest, entry: Entry) -> str:
     """One row per case, the case keys as columns, then one column per metric (median and IQR)."""
     rows = select(entry, request.where)
-    keys = list(dict.fromkeys(k for row in rows for k in row.case))
     names = list(request.metrics) if request.metrics else list(dict.fromkeys(n for r in rows for n in r.metrics))
     for name in names:
         if not any(name in r.metrics for r in rows):
             have = ", ".join(dict.fromkeys(n for r in rows for n in r.metrics))
             raise SelectionError(f"topic {entry.record.topic} on {entry.slug} has no metric {name!r} (metrics: {have})")
+    # Naming metrics also picks rows: only those that have at least one of them,
+    # and only the case keys those rows use.
+    rows = [r for r in rows if any(name in r.metrics for name in names)]
+    keys = list(dict.fromkeys(k for row in rows for k in row.case))
     lines = [
         "| " + " | ".join([*map(_cell, keys), *map(_cell, names)]) + " |",
         "|" + "|".join([":--"] * len(keys) + ["--:"] * len(names)) + "|",
