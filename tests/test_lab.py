@@ -119,6 +119,16 @@ def test_lab_record_round_trips(tmp_path):
     assert parse_record(dump_record(record), "again") == record
 
 
+def test_keep_samples_summarizes_samples_measured_elsewhere():
+    lab = Lab(CPU, quick=True)
+    m = lab.keep_samples([3.0, 1.0, 2.0, 9.0], case={"ranks": 2}, metric="step", unit="ms",
+                         method="cuda_event, rank 0")
+    assert (m.median, m.n, m.method, m.unit) == (2.5, 4, "cuda_event, rank 0", "ms")
+    assert lab.rows()[0].metrics["step"] == m
+    with pytest.raises(ValueError):
+        lab.keep_samples([], case={}, metric="step", unit="ms", method="x")
+
+
 # -- provenance -------------------------------------------------------------------
 def _git(*args: str, cwd: Path) -> str:
     return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,

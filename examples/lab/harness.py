@@ -82,6 +82,17 @@ class Lab:
         self._keep(case, metric, result)
         return result
 
+    def keep_samples(
+        self, samples: Sequence[float], *, case: dict[str, Scalar], metric: str, unit: str, method: str
+    ) -> Metric:
+        """Keep samples measured elsewhere (another process, a profiler) with their spread.
+
+        ``method`` names the clock that produced them, e.g. ``"cuda_event, rank 0"``.
+        """
+        result = summarize(samples, unit=unit, method=method)
+        self._keep(case, metric, result)
+        return result
+
     def value(self, *, case: dict[str, Scalar], metric: str, value: float, unit: str) -> Metric:
         """Keep a figure computed from measured ones (a ratio, a bandwidth)."""
         result = Metric(unit=unit, median=float(value), method="computed")
