@@ -4,13 +4,14 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import types
 from pathlib import Path
 
 import pytest
 import torch
 
 from examples.lab import provenance, timing
-from examples.lab.harness import CheckFailed, Lab, requires_cuda
+from examples.lab.harness import CheckFailed, Lab, requires_cuda, run_measurement
 from examples.lab.records import SCHEMA_VERSION, RecordError, dump_record, load_records, parse_record, write_record
 from examples.lab.registry import import_topic, measured_topics
 from examples.lab.stats import summarize
@@ -127,6 +128,14 @@ def test_keep_samples_summarizes_samples_measured_elsewhere():
     assert lab.rows()[0].metrics["step"] == m
     with pytest.raises(ValueError):
         lab.keep_samples([], case={}, metric="step", unit="ms", method="x")
+
+
+def test_an_invalid_figure_is_a_record_error_not_a_traceback():
+    bad = types.ModuleType("examples.graphs.bad_figure")
+    bad.__file__ = str(REPO / "examples/graphs/launch_cost.py")
+    bad.measure = lambda lab: lab.value(case={}, metric="x", value=float("nan"), unit="")
+    with pytest.raises(RecordError, match="kept an invalid figure: .*finite"):
+        run_measurement(bad, device=CPU, quick=True, command="test")
 
 
 # -- provenance -------------------------------------------------------------------

@@ -17,7 +17,7 @@ def _run(args) -> int:
     from tqdm import tqdm
 
     from examples.lab.harness import CheckFailed, requires_cuda, run_measurement
-    from examples.lab.records import write_record
+    from examples.lab.records import RecordError, write_record
     from examples.lab.registry import import_topic, measured_topics
 
     available = measured_topics()
@@ -45,6 +45,9 @@ def _run(args) -> int:
                                      on_case=lambda text: bar.set_postfix_str(text[:60]))
         except CheckFailed as exc:
             failures.append(f"{topic}: correctness check failed: {exc}")
+            continue
+        except RecordError as exc:
+            failures.append(f"{topic}: {exc}")
             continue
         written.append(write_record(args.out, record))
     bar.close()

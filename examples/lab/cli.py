@@ -68,7 +68,7 @@ def resolve_device(choice: str, *, needs_cuda: bool, prog: str):
 
 
 def format_table(record: Record) -> str:
-    """The record's rows as an aligned text table: case, metric, median, IQR."""
+    """The record's rows as an aligned text table (case, metric, median, IQR), then its notes."""
     keys = list(dict.fromkeys(k for row in record.results for k in row.case))
     header = [*keys, "metric", "median", "IQR", "unit"]
     lines = [header]
@@ -77,12 +77,15 @@ def format_table(record: Record) -> str:
             iqr = f"{m.iqr:.4g}" if m.iqr is not None else "-"
             lines.append([*(str(row.case.get(k, "")) for k in keys), name, f"{m.median:.4g}", iqr, m.unit])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines)
+    table = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines]
+    notes = [f"{key}: {value}" for key, value in record.notes.items()]
+    return "\n".join((table if record.results else []) + notes)
 
 
 def run_example(module: ModuleType, argv: list[str] | None = None) -> int:
     """``main`` of a measured example: parse the shared flags, measure, report."""
     from examples.lab.harness import CheckFailed, requires_cuda, run_measurement, topic_of
+    from examples.lab.records import RecordError
 
     topic = topic_of(module)
     prog = f"python -m examples.{topic}"
@@ -102,6 +105,8 @@ def run_example(module: ModuleType, argv: list[str] | None = None) -> int:
         record = run_measurement(module, device=device, quick=args.quick, command=command)
     except CheckFailed as exc:
         fail(f"{prog}: correctness check failed: {exc}", status=1)
+    except RecordError as exc:
+        fail(f"{prog}: {exc}", status=1)
     # With the record on stdout, the human summary goes to stderr.
     human = sys.stderr if args.json == "-" else sys.stdout
     print(f"{topic} on {record.machine.gpu_name or record.machine.host_cpu} ({device.type})", file=human)

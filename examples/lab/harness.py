@@ -13,9 +13,10 @@ from types import ModuleType
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 
 from examples.lab import provenance, timing
-from examples.lab.records import SCHEMA_VERSION, Check, Method, Metric, Record, Row, Scalar
+from examples.lab.records import SCHEMA_VERSION, Check, Method, Metric, Record, RecordError, Row, Scalar
 from examples.lab.stats import summarize
 
 #: Seconds to each display unit.
@@ -131,6 +132,15 @@ class Lab:
         return [Row(case=case, metrics=metrics) for case, metrics in self._rows.values()]
 
     def record(self, *, topic: str, source: Path, command: str) -> Record:
+        """The validated record of this run; :class:`RecordError` if it breaks the schema."""
+        try:
+            return self._record(topic=topic, source=source, command=command)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise RecordError(f"the record of {topic} does not validate: {where}: {first['msg']}") from None
+
+    def _record(self, *, topic: str, source: Path, command: str) -> Record:
         return Record(
             schema_version=SCHEMA_VERSION,
             topic=topic,
@@ -169,6 +179,10 @@ def run_measurement(
 ) -> Record:
     """Run one example's ``measure`` and return its validated record."""
     lab = Lab(device, quick=quick, on_case=on_case)
-    module.measure(lab)
+    try:
+        module.measure(lab)
+    except ValidationError as exc:  # a metric or note the schema refuses (NaN, inf, ...)
+        first = exc.errors()[0]
+        raise RecordError(f"{topic_of(module)} kept an invalid figure: {first['msg']}") from None
     lab.synchronize()
     return lab.record(topic=topic_of(module), source=Path(module.__file__), command=command)
