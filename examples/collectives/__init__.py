@@ -1,0 +1,1 @@
+"""Chapter 6: NCCL and collective communication."""

@@ -1,0 +1,311 @@
+"""A ring all-reduce by hand over send/recv, against NCCL and the cost model.
+
+Spawns one process per GPU (NCCL) or two CPU processes (gloo), checks the hand
+ring against ``dist.all_reduce`` on fresh random inputs, measures the link
+with the ring's own step (every rank sends to its right neighbour while it
+receives from its left one), then sweeps message sizes: NCCL's all-reduce,
+the hand ring, and the model fed with the measured link. Any number of GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from examples.collectives.ring_model import (
+    bus_bandwidth,
+    ring_allreduce_seconds,
+)
+
+#: NVLink multicast (NVLS) stays off in every process the book starts: the
+#: ring is what the model describes, and multicast can wedge shared GPUs.
+SAFE_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
+
+# --8<-- [start:ring]
+def ring_all_reduce(x: torch.Tensor) -> torch.Tensor:
+    """Sum ``x`` over all ranks, in place: reduce-scatter, then all-gather."""
+    rank, p = dist.get_rank(), dist.get_world_size()
+    chunks = x.view(-1).tensor_split(p)  # p views into x, nearly equal
+    right, left = (rank + 1) % p, (rank - 1) % p
+    inbox = torch.empty_like(chunks[0])
+    # Reduce-scatter: in step s, pass on chunk (rank - s), which already
+    # holds s + 1 ranks' sum, and add the left neighbour's into our copy.
+    for s in range(p - 1):
+        out, into = chunks[(rank - s) % p], chunks[(rank - s - 1) % p]
+        _exchange(out, right, inbox[: into.numel()], left)
+        into.add_(inbox[: into.numel()])
+    # Now chunk (rank + 1) holds the sum of all p ranks. All-gather: pass
+    # each finished chunk on around the ring, p - 1 steps, no arithmetic.
+    for s in range(p - 1):
+        out, into = chunks[(rank - s + 1) % p], chunks[(rank - s) % p]
+        _exchange(out, right, into, left)
+    return x
+
+
+def _exchange(send, to, recv, frm) -> None:
+    """Send to one neighbour while receiving from the other (one ring step)."""
+    ops = [dist.P2POp(dist.isend, send, to), dist.P2POp(dist.irecv, recv, frm)]
+    for request in dist.batch_isend_irecv(ops):
+        request.wait()
+
+
+# --8<-- [end:ring]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --8<-- [start:spawn]
+def spawn(worker, world: int, backend: str, config: dict) -> dict:
+    """Run ``worker(config)`` on ``world`` ranks; return what rank 0 wrote."""
+    os.environ.update(SAFE_ENV)  # inherited by every rank
+    with tempfile.TemporaryDirectory() as tmp:
+        config = {**config, "backend": backend, "out": tmp,
+                  "init": f"tcp://127.0.0.1:{_free_port()}"}
+        mp.spawn(_rank_main, args=(world, worker, config), nprocs=world)
+        result = json.loads(Path(tmp, "rank0.json").read_text())
+        result["saved"] = {f.name: torch.load(f) for f in Path(tmp).glob("*.pt")}
+        return result
+
+
+def _rank_main(rank: int, world: int, worker, config: dict) -> None:
+    device = torch.device("cpu")
+    if config["backend"] == "nccl":
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)
+    dist.init_process_group(
+        config["backend"], init_method=config["init"], rank=rank,
+        world_size=world,
+        **({"device_id": device} if device.type == "cuda" else {}),
+    )
+    try:
+        result = worker(config, device)
+        if rank == 0:
+            Path(config["out"], "rank0.json").write_text(json.dumps(result))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+# --8<-- [end:spawn]
+
+
+CHECK_SIZES = (1, 17, 1_000_003)  # fewer elements than ranks; uneven chunks
+
+
+def check_ring(config: dict, device: torch.device) -> None:
+    """Hand ring and dist.all_reduce on fresh random data, saved per rank."""
+    rank = dist.get_rank()
+    g = torch.Generator().manual_seed(int.from_bytes(os.urandom(4)) + rank)
+    for n in CHECK_SIZES:
+        x = torch.randn(n, generator=g).to(device)
+        ref = x.clone()
+        dist.all_reduce(ref)
+        mine = ring_all_reduce(x.clone())
+        torch.save({"mine": mine.cpu(), "ref": ref.cpu()},
+                   Path(config["out"], f"check-{n}-{rank}.pt"))
+
+
+def _timer(device):
+    """Seconds for ``inner`` calls of fn: CUDA events or a host clock."""
+
+    def run(fn, inner):
+        if device.type == "cuda":
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(inner):
+                fn()
+            end.record()
+            torch.cuda.synchronize()
+            return start.elapsed_time(end) / 1e3 / inner
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        return (time.perf_counter() - t0) / inner
+
+    return run
+
+
+def _samples(fn, reset, timer, *, inner, warmup, reps):
+    for _ in range(warmup):
+        reset()
+        timer(fn, inner)
+    out = []
+    for _ in range(reps):
+        reset()  # the same values every sample: sums do not grow to inf
+        out.append(timer(fn, inner))
+    return out
+
+
+def _nothing():
+    return None
+
+
+# --8<-- [start:sweep]
+def sweep(config: dict, device: torch.device) -> dict:
+    rank, p = dist.get_rank(), dist.get_world_size()
+    right, left = (rank + 1) % p, (rank - 1) % p
+    timer, reps, result = _timer(device), config["reps"], {}
+    check_ring(config, device)
+
+    # The link, measured with one ring step: send M right, receive M from left.
+    link = {}
+    for nbytes in (4, config["link_bytes"]):
+        a = torch.randn(nbytes // 4, device=device)
+        b = torch.empty_like(a)
+        link[nbytes] = _samples(
+            lambda: _exchange(a, right, b, left), _nothing, timer,
+            inner=config["inner"](nbytes), warmup=3, reps=reps,
+        )
+    result["link"] = link
+
+    result["sweep"] = {}
+    for nbytes in config["sizes"]:
+        x0 = torch.randn(nbytes // 4, device=device)
+        x = x0.clone()
+        runs = {"dist.all_reduce": lambda: dist.all_reduce(x),
+                "hand ring": lambda: ring_all_reduce(x)}
+        for impl, fn in runs.items():
+            result["sweep"][f"{impl}|{nbytes}"] = _samples(
+                fn, lambda: x.copy_(x0), timer,
+                inner=config["inner"](nbytes), warmup=3, reps=reps,
+            )
+        del x0, x
+    # --8<-- [end:sweep]
+    result["collectives"] = _other_collectives(config, device, timer)
+    return result
+
+
+def _other_collectives(config, device, timer) -> dict:
+    """Each collective at one total size S, timed for nccl-tests' busbw."""
+    if device.type != "cuda":
+        return {}  # gloo has no reduce-scatter; NCCL runs them all
+    p, size = dist.get_world_size(), config["collective_bytes"]
+    full = torch.randn(size // 4, device=device)
+    part = torch.randn(size // 4 // p, device=device)
+    out = torch.empty_like(full)
+    calls = {
+        "all_reduce": lambda: dist.all_reduce(full),
+        "all_gather": lambda: dist.all_gather_into_tensor(out, part),
+        "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, full),
+        "broadcast": lambda: dist.broadcast(full, src=0),
+        "reduce": lambda: dist.reduce(full, dst=0),
+        "all_to_all": lambda: dist.all_to_all_single(out, full),
+    }
+    return {
+        name: _samples(fn, lambda: full.normal_(), timer, inner=1,
+                       warmup=3, reps=config["reps"])
+        for name, fn in calls.items()
+    }
+
+
+def _inner(nbytes: int) -> int:
+    """Calls per sample: enough that a sample lasts well over a launch."""
+    return max(1, min(50, (64 << 20) // nbytes))
+
+
+def _sizes(quick: bool, cuda: bool) -> list[int]:
+    top = (4 << 30) if cuda else (64 << 20)
+    if quick:
+        top = 1 << 20
+    sizes, n = [], 4 << 10
+    while n <= top:
+        sizes.append(n)
+        n *= 4
+    return sizes
+
+
+def measure(lab) -> None:
+    cuda = lab.cuda
+    world = torch.cuda.device_count() if cuda else 2
+    if cuda and world < 2:
+        lab.note("skipped", "one GPU: a collective needs at least two")
+        return
+    config = {
+        "sizes": _sizes(lab.quick, cuda),
+        "link_bytes": (1 << 30) if cuda and not lab.quick else (16 << 20),
+        "collective_bytes": (1 << 30) if not lab.quick else (16 << 20),
+        "reps": 5 if lab.quick else 30,
+        "inner": _inner,
+    }
+    if lab.quick:
+        config["link_bytes"] = 4 << 20
+    backend = "nccl" if cuda else "gloo"
+    r = spawn(sweep, world, backend, config)
+    method = f"{'cuda_event' if cuda else 'host clock'}, rank 0"
+    p = world
+    for n in CHECK_SIZES:
+        for rank in range(p):
+            saved = r["saved"][f"check-{n}-{rank}.pt"]
+            lab.check(f"hand ring vs dist.all_reduce, {n} floats, rank {rank}",
+                      saved["mine"], saved["ref"], tolerance=1e-6)
+    alpha, bw = _keep_link(lab, r["link"], p, method)
+    for key, samples in r["sweep"].items():
+        impl, nbytes = key.split("|")
+        nbytes = int(nbytes)
+        case = {"bytes": nbytes, "gpus": p, "impl": impl}
+        t = lab.keep_samples([s * 1e6 for s in samples], case=case,
+                             metric="time", unit="us", method=method)
+        algbw = nbytes / (t.median / 1e6)
+        lab.value(case=case, metric="algbw", value=algbw / 1e9, unit="GB/s")
+        lab.value(case=case, metric="busbw", unit="GB/s",
+                  value=bus_bandwidth("all_reduce", gpus=p, algbw=algbw) / 1e9)
+        model = ring_allreduce_seconds(gpus=p, nbytes=nbytes, bandwidth=bw,
+                                       latency=alpha)
+        lab.value(case=case, metric="model_ratio", unit="x",
+                  value=(t.median / 1e6) / model)
+        mcase = {"bytes": nbytes, "gpus": p, "impl": "model"}
+        lab.value(case=mcase, metric="time", unit="us", value=model * 1e6)
+    for name, samples in r["collectives"].items():
+        case = {"collective": name, "gpus": p,
+                "bytes": config["collective_bytes"]}
+        t = lab.keep_samples([s * 1e6 for s in samples], case=case,
+                             metric="time", unit="us", method=method)
+        algbw = config["collective_bytes"] / (t.median / 1e6)
+        lab.value(case=case, metric="algbw", value=algbw / 1e9, unit="GB/s")
+        lab.value(case=case, metric="busbw", unit="GB/s",
+                  value=bus_bandwidth(name, gpus=p, algbw=algbw) / 1e9)
+    lab.note("ranks", f"{p} ({backend}), one process per rank")
+
+
+def _keep_link(lab, link, p, method) -> tuple[float, float]:
+    """Keep the two link steps; return the model's alpha (s) and BW (B/s)."""
+    kept = {}
+    for nbytes, samples in link.items():
+        nbytes = int(nbytes)
+        case = {"bytes": nbytes, "gpus": p, "impl": "link step"}
+        t = lab.keep_samples([s * 1e6 for s in samples], case=case,
+                             metric="time", unit="us", method=method)
+        kept[nbytes] = t.median / 1e6
+        lab.value(case=case, metric="bandwidth", unit="GB/s",
+                  value=nbytes / kept[nbytes] / 1e9)
+    small, large = min(kept), max(kept)
+    return kept[small], large / kept[large]
+
+
+def main(argv=None) -> int:
+    from examples.lab.cli import run_example
+
+    return run_example(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

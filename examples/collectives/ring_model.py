@@ -1,0 +1,170 @@
+"""Ring all-reduce cost model: predicted time from GPUs, bytes and bandwidth.
+
+    python -m examples.collectives.ring_model --gpus 8 --bytes 1GB \\
+        --bandwidth 600GB/s
+
+>>> t = ring_allreduce_seconds(gpus=8, nbytes=1e9, bandwidth=600e9)
+>>> round(t * 1e3, 3)
+2.917
+>>> round(bus_bandwidth("all_reduce", gpus=8, algbw=100e9) / 1e9, 1)
+175.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+
+from examples.lab.cli import ArgumentParser, add_json_flag, emit_json
+
+#: The arguments the book's page works through; CI runs the example with them.
+EXAMPLE_ARGV = ["--gpus", "8", "--bytes", "1GB", "--bandwidth", "600GB/s"]
+
+
+# --8<-- [start:model]
+def ring_allreduce_seconds(
+    *, gpus: int, nbytes: float, bandwidth: float, latency: float = 0.0
+) -> float:
+    """Time of a ring all-reduce of ``nbytes`` on each of ``gpus`` ranks.
+
+    Reduce-scatter then all-gather: 2(p-1) steps, each sending one chunk of
+    nbytes/p over every link at once, and paying the per-step ``latency``.
+    """
+    p = gpus
+    if p == 1:
+        return 0.0
+    steps = 2 * (p - 1)
+    return steps * latency + steps / p * nbytes / bandwidth
+
+
+# --8<-- [end:model]
+
+
+# --8<-- [start:busbw]
+#: nccl-tests' factor from algorithm bandwidth (S/t) to bus bandwidth.
+BUS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+}
+
+
+def bus_bandwidth(collective: str, *, gpus: int, algbw: float) -> float:
+    """busbw = algbw x factor: comparable with the link's own bandwidth."""
+    return algbw * BUS_FACTOR[collective](gpus)
+
+
+# --8<-- [end:busbw]
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_NUMBER = r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*"
+
+
+def _quantity(text: str, units: dict[str, float], what: str) -> float:
+    match = re.fullmatch(_NUMBER + r"([a-zµ]*)\s*", text.lower())
+    if not match or match.group(2) not in units:
+        known = ", ".join(u for u in units if u)
+        raise argparse.ArgumentTypeError(
+            f"expected {what} such as 1GB, 1GiB or 512MiB ({known}), got {text!r}"
+            if units is _SIZE_UNITS
+            else f"expected {what} ({known}), got {text!r}"
+        )
+    value = float(match.group(1)) * units[match.group(2)]
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
+def parse_bytes(text: str) -> float:
+    """``1GB`` -> 1e9, ``1GiB`` -> 2**30, ``4096`` -> 4096."""
+    return _quantity(text, _SIZE_UNITS, "a size")
+
+
+def parse_bandwidth(text: str) -> float:
+    """``600GB/s`` -> 6e11 bytes per second."""
+    if not text.lower().rstrip().endswith("/s"):
+        raise argparse.ArgumentTypeError(
+            f"expected a rate such as 600GB/s, got {text!r}"
+        )
+    return _quantity(text.rstrip()[:-2], _SIZE_UNITS, "a rate")
+
+
+def parse_time(text: str) -> float:
+    """``5us`` -> 5e-6 seconds; zero is allowed (no latency term)."""
+    match = re.fullmatch(_NUMBER + r"([a-zµ]*)\s*", text.lower())
+    if match and float(match.group(1)) == 0 and match.group(2) in _TIME_UNITS:
+        return 0.0
+    return _quantity(text, _TIME_UNITS, "a time such as 5us")
+
+
+def parse_gpus(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of GPUs, got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(
+        prog="python -m examples.collectives.ring_model",
+        description=__doc__.strip().splitlines()[0],
+    )
+    parser.add_argument("--gpus", required=True, type=parse_gpus,
+                        help="ranks in the ring (p)")
+    parser.add_argument("--bytes", required=True, type=parse_bytes,
+                        help="message size on each rank (M): 1GB, 1GiB, 4096")
+    parser.add_argument("--bandwidth", required=True, type=parse_bandwidth,
+                        help="one-way bandwidth of each link (BW): 600GB/s")
+    parser.add_argument("--latency", default=0.0, type=parse_time,
+                        help="cost of one ring step (alpha): 5us (default 0)")
+    add_json_flag(parser, "the prediction")
+    args = parser.parse_args(argv)
+    seconds = ring_allreduce_seconds(
+        gpus=args.gpus, nbytes=args.bytes, bandwidth=args.bandwidth,
+        latency=args.latency,
+    )
+    algbw = args.bytes / seconds if seconds else math.inf
+    result = {
+        "seconds": seconds,
+        "algbw_bytes_per_s": algbw if seconds else None,
+        "busbw_bytes_per_s": (
+            bus_bandwidth("all_reduce", gpus=args.gpus, algbw=algbw)
+            if seconds else None
+        ),
+    }
+    if args.json:
+        emit_json(json.dumps(result) + "\n", args.json)
+        return 0
+    print(f"predicted all-reduce time: {seconds * 1e3:.4g} ms")
+    if seconds:
+        print(f"algorithm bandwidth:       {algbw / 1e9:.4g} GB/s")
+        print(f"bus bandwidth:             "
+              f"{result['busbw_bytes_per_s'] / 1e9:.4g} GB/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Chapter 7: the CUDA library ecosystem."""

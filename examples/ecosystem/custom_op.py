@@ -1,0 +1,201 @@
+"""Your own op: the same function in Triton and in C++/CUDA, registered with
+``torch.library``, given a backward, and tested against torch.
+
+The function is swish, ``x * sigmoid(x)`` (torch calls it ``F.silu``). The
+Triton version is a ``torch.library.custom_op`` that launches a Triton kernel
+(through Triton's interpreter on a machine without a GPU). The C++ version is
+built with ``torch.utils.cpp_extension.load_inline``, registers its kernels
+with ``TORCH_LIBRARY`` (a CPU loop, and on a GPU a CUDA kernel), and gets its
+backward and its fake (shape-only) implementation from Python. Both pass
+``torch.library.opcheck`` and match ``F.silu``; then the three are timed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+if not torch.cuda.is_available():  # must precede @triton.jit
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+
+# --8<-- [start:triton]
+@triton.jit
+def swish_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, x * tl.sigmoid(x), mask=mask)
+
+
+@torch.library.custom_op("book::swish_triton", mutates_args=())
+def swish_triton(x: torch.Tensor) -> torch.Tensor:
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    grid = (triton.cdiv(x.numel(), 1024),)
+    swish_kernel[grid](x, y, x.numel(), BLOCK=1024)
+    return y
+
+
+@swish_triton.register_fake
+def _(x):  # what torch.compile and meta tensors see: shape and dtype only
+    return torch.empty_like(x)
+
+
+# --8<-- [end:triton]
+
+
+# --8<-- [start:autograd]
+def _setup(ctx, inputs, output):
+    (x,) = inputs
+    ctx.save_for_backward(x)
+
+
+def _backward(ctx, grad):
+    (x,) = ctx.saved_tensors
+    s = torch.sigmoid(x)
+    return grad * (s + x * s * (1 - s))  # d/dx x*sigmoid(x)
+
+
+torch.library.register_autograd("book::swish_triton", _backward,
+                                setup_context=_setup)
+# --8<-- [end:autograd]
+
+# --8<-- [start:cpp]
+CPP = r"""
+#include <cmath>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/library.h>
+
+at::Tensor swish_cpu(const at::Tensor& x) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "swish: float32 only");
+  at::Tensor xc = x.contiguous(), y = at::empty_like(xc);
+  const float* in = xc.data_ptr<float>();
+  float* out = y.data_ptr<float>();
+  for (int64_t i = 0, n = xc.numel(); i < n; ++i)
+    out[i] = in[i] / (1.0f + std::exp(-in[i]));
+  return y;
+}
+
+TORCH_LIBRARY(book_ext, m) { m.def("swish(Tensor x) -> Tensor"); }
+TORCH_LIBRARY_IMPL(book_ext, CPU, m) { m.impl("swish", &swish_cpu); }
+"""
+# --8<-- [end:cpp]
+
+# --8<-- [start:cuda]
+CUDA = r"""
+#include <cuda_runtime.h>
+#include <cstdint>
+
+__global__ void swish_kernel(const float* x, float* y, int64_t n) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] / (1.0f + __expf(-x[i]));
+}
+
+void swish_launch(const float* x, float* y, int64_t n, cudaStream_t s) {
+  swish_kernel<<<(n + 255) / 256, 256, 0, s>>>(x, y, n);
+}
+"""
+
+CPP_CUDA = r"""
+#include <c10/cuda/CUDAStream.h>
+void swish_launch(const float*, float*, int64_t, cudaStream_t);
+
+at::Tensor swish_cuda(const at::Tensor& x) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "swish: float32 only");
+  at::Tensor xc = x.contiguous(), y = at::empty_like(xc);
+  swish_launch(xc.data_ptr<float>(), y.data_ptr<float>(), xc.numel(),
+               c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return y;
+}
+TORCH_LIBRARY_IMPL(book_ext, CUDA, m) { m.impl("swish", &swish_cuda); }
+"""
+# --8<-- [end:cuda]
+
+
+# --8<-- [start:build]
+def build_extension(cuda: bool) -> float:
+    """Compile and load the C++ (and CUDA) op; return the seconds it took."""
+    from torch.utils.cpp_extension import load_inline
+
+    sources = [CPP + (CPP_CUDA if cuda else "")]
+    key = hashlib.sha256("".join(sources + [CUDA * cuda]).encode()).hexdigest()
+    folder = Path(tempfile.gettempdir(), f"book-ext-{key[:12]}")
+    folder.mkdir(exist_ok=True)  # a second run reuses the build
+    start = time.perf_counter()
+    load_inline(
+        name=f"book_swish_{key[:8]}",
+        cpp_sources=sources,
+        cuda_sources=[CUDA] if cuda else None,
+        is_python_module=False,  # the library registers ops; no bindings
+        build_directory=str(folder),
+        extra_cflags=["-O2"],
+    )
+    torch.library.register_fake("book_ext::swish")(torch.empty_like)
+    torch.library.register_autograd("book_ext::swish", _backward,
+                                    setup_context=_setup)
+    return time.perf_counter() - start
+
+
+# --8<-- [end:build]
+
+
+def check_ops(device, n: int = 4099) -> dict:
+    """opcheck and a gradient check of both ops; errors against F.silu."""
+    x = torch.randn(n, device=device, requires_grad=True)
+    ops = {"Triton": torch.ops.book.swish_triton,
+           "C++": torch.ops.book_ext.swish}
+    # --8<-- [start:opcheck]
+    for op in ops.values():
+        torch.library.opcheck(op, (x,))  # schema, fake, autograd, dispatch
+    # --8<-- [end:opcheck]
+    y_ref = F.silu(x)
+    (g_ref,) = torch.autograd.grad(y_ref.sum(), x)
+    out = {}
+    for name, op in ops.items():
+        y = op(x)
+        (g,) = torch.autograd.grad(y.sum(), x)
+        out[name] = (y, y_ref, g, g_ref)
+    return out
+
+
+def measure(lab) -> None:
+    seconds = build_extension(lab.cuda)
+    lab.note("C++ extension built and loaded in",
+             f"{seconds:.1f} s ({'C++ and CUDA' if lab.cuda else 'C++'};"
+             " less when the build folder already holds it)")
+    for name, (y, y_ref, g, g_ref) in check_ops(lab.device).items():
+        lab.check(f"{name} swish = F.silu", y, y_ref, tolerance=1e-6)
+        lab.check(f"{name} swish backward", g, g_ref, tolerance=1e-6)
+    lab.note("opcheck", "passed for book::swish_triton and book_ext::swish")
+    n = 1 << 16 if lab.quick else 1 << 26
+    xs = [(torch.randn(n, device=lab.device),) for _ in range(2)]
+    runs = {"F.silu": F.silu, "Triton": torch.ops.book.swish_triton,
+            "C++" + ("/CUDA" if lab.cuda else ""): torch.ops.book_ext.swish}
+    for name, fn in runs.items():
+        case = {"op": name, "elements": n}
+        t = lab.time(fn, case=case, metric="time", unit="us", inputs=xs)
+        lab.value(case=case, metric="bandwidth", unit="GB/s",
+                  value=8 * n / (t.median / 1e6) / 1e9)  # read 4 B, write 4
+
+
+def main(argv=None) -> int:
+    from examples.lab.cli import run_example
+
+    return run_example(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
