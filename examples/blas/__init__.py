@@ -1,0 +1,1 @@
+"""Chapter 3: BLAS, the vocabulary under every matmul."""

@@ -1,0 +1,155 @@
+"""BLAS Levels 1, 2 and 3 on one roofline: AXPY, GEMV and GEMM timed.
+
+Each level is timed over the same ``n``: AXPY on n*n elements, GEMV on an
+n-by-n matrix, GEMM on n-by-n matrices. Level 1 and 2 touch every byte once
+per two flops and so run at memory speed; Level 3 reuses each byte n times and
+runs at tensor-core speed. A device-to-device copy measured in the same run
+gives the bandwidth roof. The record also notes which BLAS this torch build
+uses and which kernels ran.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+KERNEL_NOTE_LIMIT = 3
+
+
+# --8<-- [start:model]
+def traffic(level: str, n: int, itemsize: int) -> tuple[float, float]:
+    """Flops and the fewest bytes each operation must move, for size n."""
+    if level == "axpy":  # y = a*x + y on n*n elements: read x, y; write y
+        return 2.0 * n * n, 3.0 * n * n * itemsize
+    if level == "gemv":  # y = A x: read A (n*n), x; write y
+        return 2.0 * n * n, (n * n + 2 * n) * itemsize
+    if level == "gemm":  # C = A B: read A, B; write C
+        return 2.0 * n**3, 3.0 * n * n * itemsize
+    raise ValueError(level)
+
+
+# --8<-- [end:model]
+
+
+# --8<-- [start:ops]
+def operation(level: str, n: int, dtype, device):
+    """The timed call for one level, with fresh random operands."""
+    g = torch.Generator(device=device).manual_seed(n)
+    rand = lambda *shape: torch.randn(  # noqa: E731
+        *shape, generator=g, device=device, dtype=dtype
+    )
+    if level == "axpy":
+        x, y = rand(n * n), rand(n * n)
+        return (lambda: y.add_(x, alpha=0.5)), (x, y)
+    if level == "gemv":
+        a, x = rand(n, n), rand(n)
+        return (lambda: a @ x), (a, x)
+    a, b = rand(n, n), rand(n, n)
+    return (lambda: a @ b), (a, b)
+
+
+# --8<-- [end:ops]
+
+
+def blas_library() -> dict[str, str]:
+    """What torch says about its BLAS, read from torch.__config__.show()."""
+    # --8<-- [start:library]
+    config = torch.__config__.show()
+    found = {}
+    for line in config.splitlines():
+        line = line.strip().removeprefix("- ")
+        if "Math Kernel Library" in line or line.startswith("OpenBLAS"):
+            found["library line"] = line
+        settings = line.removeprefix("Build settings:")
+        for part in settings.split(","):
+            name, _, value = part.strip().partition("=")
+            if name in ("BLAS_INFO", "LAPACK_INFO", "CUDA_VERSION",
+                        "CUDNN_VERSION", "TORCH_VERSION"):
+                found[name] = value
+    found["mkl available"] = str(torch.backends.mkl.is_available())
+    if torch.cuda.is_available():
+        found["cuBLASLt preferred"] = str(
+            torch.backends.cuda.preferred_blas_library()
+        )
+    # --8<-- [end:library]
+    return found
+
+
+def kernels_of(fn, device) -> list[str]:
+    """Names of the device kernels (or CPU ops) one call of fn ran."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    fn()
+    with profile(activities=activities) as prof:
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    names = []
+    for e in prof.key_averages():
+        on_device = getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
+        if device.type == "cuda" and not on_device:
+            continue
+        if device.type != "cuda" and not e.key.startswith("aten::"):
+            continue
+        names.append(e.key[:90])
+    return names[:KERNEL_NOTE_LIMIT]
+
+
+def measure(lab) -> None:
+    dtype = torch.bfloat16 if lab.cuda else torch.float32
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    sizes = [256, 512] if lab.quick else [2048, 4096, 8192, 16384]
+    for key, value in blas_library().items():
+        lab.note(key, value)
+
+    # Correct first: each level against float64 on fresh inputs.
+    n = 256 if lab.quick else 2048
+    for level in ("gemv", "gemm"):
+        fn, args = operation(level, n, dtype, lab.device)
+        ref = args[0].double() @ args[1].double()
+        lab.check(f"{level} n={n}", fn(), ref, tolerance=2e-2)
+    fn, (x, y) = operation("axpy", n, dtype, lab.device)
+    expected = y.double() + 0.5 * x.double()
+    fn()
+    lab.check(f"axpy n={n}", y, expected, tolerance=2e-2)
+
+    # The roof: a device-to-device copy of 2 GiB (bytes read + written).
+    count = (2**20 if lab.quick else 2**30) // itemsize
+    src = torch.randn(count, device=lab.device).to(dtype)
+    dst = torch.empty_like(src)
+    copy = lab.time(lambda: dst.copy_(src), case={"level": "copy"},
+                    metric="time")
+    lab.value(case={"level": "copy"}, metric="bandwidth",
+              value=2 * count * itemsize / copy.median / 1e3, unit="GB/s")
+    del src, dst
+
+    for level in ("axpy", "gemv", "gemm"):
+        for n in sizes:
+            flops, nbytes = traffic(level, n, itemsize)
+            fn, _ = operation(level, n, dtype, lab.device)
+            case = {"level": level, "n": n,
+                    "intensity": round(flops / nbytes, 2)}
+            # GEMV and AXPY inputs fit in L2 at small n: clear it first.
+            t = lab.time(fn, case=case, metric="time",
+                         flush_l2=level != "gemm")
+            seconds = t.median / 1e6
+            lab.value(case=case, metric="rate",
+                      value=flops / seconds / 1e12, unit="TFLOP/s")
+            lab.value(case=case, metric="bandwidth",
+                      value=nbytes / seconds / 1e9, unit="GB/s")
+            if n == sizes[-1]:
+                lab.note(f"{level} kernels", kernels_of(fn, lab.device))
+
+
+def main(argv=None) -> int:
+    from examples.lab.cli import run_example
+
+    return run_example(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Chapter 4: torch.compile, Dynamo, AOTAutograd, Inductor and Triton."""
