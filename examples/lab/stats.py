@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from examples.lab.records import Metric
 
 
+# --8<-- [start:summarize]
 def summarize(samples: Sequence[float], *, unit: str, method: str = "computed") -> Metric:
     """Median, quartiles and extremes of ``samples``.
 
@@ -37,3 +38,6 @@ def summarize(samples: Sequence[float], *, unit: str, method: str = "computed") 
         n=len(values),
         method=method,
     )
+
+
+# --8<-- [end:summarize]

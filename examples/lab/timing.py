@@ -20,6 +20,7 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+# --8<-- [start:flush]
 class L2Flusher:
     """Writes a buffer twice the size of the L2 cache, so the next read comes from HBM."""
 
@@ -32,6 +33,9 @@ class L2Flusher:
     def __call__(self) -> None:
         if self.buffer is not None:
             self.buffer.zero_()
+
+
+# --8<-- [end:flush]
 
 
 def measure(
@@ -55,6 +59,7 @@ def measure(
         raise ValueError(f"unknown timer {timer!r}; choose from {', '.join(TIMERS)}")
     if timer != "host_sync" and device.type != "cuda":
         raise ValueError(f"timer {timer!r} needs a CUDA device; use 'host_sync' on {device.type}")
+    # --8<-- [start:rotate]
     arguments = list(inputs) if inputs else [()]
     calls = 0
 
@@ -63,9 +68,12 @@ def measure(
         fn(*arguments[calls % len(arguments)])
         calls += 1
 
+    # --8<-- [end:rotate]
+
     if timer == "do_bench":
         return _do_bench(call, inner=inner, flush_l2=flush_l2)
 
+    # --8<-- [start:loop]
     flush = L2Flusher(device) if flush_l2 else None
     for _ in range(warmup):
         call()
@@ -91,6 +99,7 @@ def measure(
             _synchronize(device)
             samples.append((time.perf_counter_ns() - t0) / 1e9 / inner)
     return samples
+    # --8<-- [end:loop]
 
 
 def _do_bench(call: Callable[[], None], *, inner: int, flush_l2: bool) -> list[float]:

@@ -1,0 +1,1 @@
+"""Chapter 2: the PyTorch dispatcher."""

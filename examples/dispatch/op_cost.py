@@ -1,0 +1,79 @@
+"""The fixed CPU cost of one op on a tiny tensor, by device and autograd mode.
+
+A chain of additions of two 16-element tensors does no real work, so the time per call
+is what Python, the dispatcher, autograd and (on a GPU) the launch cost. Each
+mode is timed as the average of many back-to-back chains on a host clock:
+plain tensors; a tensor that requires grad (autograd records a node per op);
+the same under ``torch.no_grad()``; and tensors made and used under
+``torch.inference_mode()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import torch
+
+OPS = 20  # ops per timed call
+MODES = ["plain", "requires_grad", "requires_grad + no_grad",
+         "inference_mode"]
+
+
+# --8<-- [start:modes]
+def op_under(mode: str, device: str):
+    """A zero-argument call of OPS tiny adds set up for ``mode``; x, w."""
+    ctx = {"requires_grad + no_grad": torch.no_grad,
+           "inference_mode": torch.inference_mode}.get(
+        mode, contextlib.nullcontext)
+    with ctx():  # inference tensors must be made in inference mode
+        x = torch.randn(16, device=device)
+        w = torch.randn(16, device=device,
+                        requires_grad=mode.startswith("requires_grad"))
+
+    def call():
+        with ctx():  # entered once for OPS ops, as a loop would
+            for _ in range(OPS):
+                y = torch.add(x, w)
+        return y
+
+    return call, x, w
+
+
+# --8<-- [end:modes]
+
+
+def measure(lab) -> None:
+    calls = 20 if lab.quick else 200
+    devices = ["cpu"] + (["cuda"] if lab.cuda else [])
+    for device in devices:
+        for mode in MODES:
+            call, x, w = op_under(mode, device)
+            lab.check(f"{device} {mode}", call(),
+                      x.double() + w.detach().double(), tolerance=1e-6)
+            case = {"device": device, "mode": mode}
+            t = lab.time(call, case=case, metric="per_call", unit="us",
+                         timer="host_sync", inner=calls)
+            lab.value(case=case, metric="per_op", value=t.median / OPS,
+                      unit="us")
+    # Entering a context manager costs too: time it alone.
+    for mode in ("requires_grad + no_grad", "inference_mode"):
+        ctx = torch.no_grad if "no_grad" in mode else torch.inference_mode
+
+        def enter_exit(ctx=ctx):
+            with ctx():
+                pass
+
+        lab.time(enter_exit, case={"device": "none", "mode": f"{mode} "
+                                   "(entering the context alone)"},
+                 metric="per_call", unit="us", timer="host_sync", inner=calls)
+
+
+def main(argv=None) -> int:
+    from examples.lab.cli import run_example
+
+    return run_example(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

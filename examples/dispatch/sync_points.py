@@ -1,0 +1,115 @@
+"""Sync points: what each one costs a loop, and how to catch them.
+
+A GPU loop runs fast when the CPU queues the next step's kernels while the GPU
+still works on this one. Anything that needs a value on the host (``.item()``,
+``.cpu()``, ``print`` of a tensor, ``nonzero`` whose output size depends on the
+data, an ``if`` on a tensor) makes the CPU wait for the GPU to drain, every
+iteration. The example times a loop with and without each one, on a small
+(launch-bound) and a large (GPU-bound) step, and runs each under
+``torch.cuda.set_sync_debug_mode("warn")`` to see whether it is reported.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import warnings
+
+import torch
+
+
+# --8<-- [start:sync_points]
+def sync_points(sink: io.StringIO) -> dict:
+    """Each sync point as a function of the step's loss and output."""
+    return {
+        "none": lambda loss, y: None,
+        ".item()": lambda loss, y: loss.item(),
+        ".cpu()": lambda loss, y: y[0].cpu(),
+        "print(loss)": lambda loss, y: print(loss, file=sink),
+        "nonzero": lambda loss, y: torch.nonzero(y[0] > 0),
+        "if loss > 0": lambda loss, y: 1 if loss > 0 else 0,
+    }
+
+
+# --8<-- [end:sync_points]
+
+
+# --8<-- [start:loop]
+def make_step(batch: int, hidden: int, layers: int, device, dtype):
+    weights = [torch.randn(hidden, hidden, device=device, dtype=dtype)
+               / hidden**0.5 for _ in range(layers)]
+
+    def step(x):
+        for w in weights:
+            x = torch.tanh(x @ w)
+        return x, x.float().square().mean()
+
+    return step, torch.randn(batch, hidden, device=device, dtype=dtype)
+
+
+def run_loop(step, x, sync, iterations: int) -> None:
+    for _ in range(iterations):
+        y, loss = step(x)
+        sync(loss, y)  # the line under test
+
+
+# --8<-- [end:loop]
+
+
+def caught_by_debug_mode(step, x, sync) -> str:
+    """What ``set_sync_debug_mode("warn")`` says about one iteration."""
+    if not torch.cuda.is_available():
+        return "needs CUDA"
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            run_loop(step, x, sync, 1)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    messages = [str(w.message).splitlines()[0] for w in seen
+                if "synchroniz" in str(w.message)]
+    return messages[0] if messages else "not reported"
+
+
+def measure(lab) -> None:
+    dtype = torch.bfloat16 if lab.cuda else torch.float32
+    sizes = {"small": (8, 256), "large": (2048, 4096)}
+    if lab.quick:
+        sizes = {"small": (8, 64), "large": (256, 256)}
+    iterations, layers = (5, 4) if lab.quick else (20, 8)
+    sink = io.StringIO()
+    for size, (batch, hidden) in sizes.items():
+        step, x = make_step(batch, hidden, layers, lab.device, dtype)
+        y, loss = step(x)
+        ref = x.double()
+        for w in step.__closure__[0].cell_contents:
+            ref = torch.tanh(ref @ w.double())
+        lab.check(f"{size} step", y, ref, tolerance=2e-2)
+        base = None
+        for name, sync in sync_points(sink).items():
+            case = {"step": size, "sync": name}
+            t = lab.time(lambda: run_loop(step, x, sync, iterations),
+                         case=case, metric="loop", unit="us",
+                         timer="host_sync")
+            per_iter = t.median / iterations
+            lab.value(case=case, metric="per_iteration", value=per_iter,
+                      unit="us")
+            base = base or per_iter
+            lab.value(case=case, metric="slowdown", value=per_iter / base,
+                      unit="x")
+            if size == "small":
+                lab.note(f"sync debug mode: {name}",
+                         caught_by_debug_mode(step, x, sync))
+        sink.truncate(0)
+
+
+def main(argv=None) -> int:
+    from examples.lab.cli import run_example
+
+    return run_example(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""The warm-cache trap: a kernel timed on data that is already in the L2.
+
+The H100 and H200 have a 50 MB L2 cache. A memory-bound kernel whose input
+and output fit in it, timed again and again on the same buffers, reads from
+the cache, not from HBM, and reports a bandwidth the memory cannot deliver.
+Timed three ways on a small and a large tensor: the same buffers every time
+(warm), the L2 overwritten before each repetition (flushed), and rotating
+through enough buffer pairs to overflow the cache (rotated). The metric is
+the apparent bandwidth, bytes read plus written over time.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+
+# --8<-- [start:ways]
+def ways(x, y, pool):
+    """(label, harness arguments) of each way of timing ``y = 2 x``."""
+    return [
+        ("same buffers (warm L2)", {}),
+        ("L2 flushed before each", {"flush_l2": True}),
+        ("rotating buffers", {"inputs": pool}),
+    ]
+
+
+# --8<-- [end:ways]
+
+
+def measure(lab) -> None:
+    sizes = [2**10, 2**14] if lab.quick else [2**21, 2**28]  # fp32: 8 MiB, 1 GiB
+    for n in sizes:
+        x = torch.randn(n, device=lab.device)
+        y = torch.empty_like(x)
+        torch.mul(x, 2.0, out=y)
+        lab.check(f"2x n={n}", y, 2 * x.double(), tolerance=0)
+        nbytes = 2 * x.numel() * x.element_size()
+        # Enough buffer pairs to hold four times a 50 MB L2.
+        pairs = 1 if nbytes >= 200e6 else min(64, int(200e6 // nbytes) + 1)
+        pool = [(torch.randn(n, device=lab.device),
+                 torch.empty(n, device=lab.device)) for _ in range(pairs)]
+        for label, kwargs in ways(x, y, pool):
+            case = {"MiB": nbytes / 2**20, "timing": label}
+            if "inputs" in kwargs:
+                fn = lambda a, b: torch.mul(a, 2.0, out=b)  # noqa: E731
+            else:
+                fn = lambda: torch.mul(x, 2.0, out=y)  # noqa: E731
+            t = lab.time(fn, case=case, metric="time", unit="us", **kwargs)
+            lab.value(case=case, metric="bandwidth",
+                      value=nbytes / (t.median * 1e-6) / 1e9, unit="GB/s")
+        del pool
+
+
+def main(argv=None) -> int:
+    from examples.lab.cli import run_example
+
+    return run_example(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Chapter 1: from ``y = x @ w`` to tensor cores."""

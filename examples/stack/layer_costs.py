@@ -1,0 +1,74 @@
+"""What each layer under one tiny op costs the CPU, measured layer by layer.
+
+Each case adds one layer to the one before: a Python call, a call across the
+binding into C++, a trip through the dispatcher that makes a new tensor
+header but runs no kernel (``detach``), a real CPU kernel, a CUDA launch, and a cuBLAS
+matrix product (the library picks an algorithm, then launches). Every case is
+timed as the average of many back-to-back calls on a host clock, which is the
+CPU-side cost: the GPU runs the tiny kernels faster than the CPU issues them.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+
+# --8<-- [start:layers]
+def python_call(t):
+    return t  # the cost of calling a Python function, nothing else
+
+
+def layers(device: torch.device) -> dict[str, tuple]:
+    """Each layer's case: the function to call and its arguments."""
+    x = torch.randn(4)
+    cases = {
+        "1 Python call": (python_call, (x,)),
+        "2 binding (x.dim())": (torch.Tensor.dim, (x,)),
+        "3 dispatcher, no kernel (x.detach())": (torch.Tensor.detach, (x,)),
+        "4 CPU kernel (add, 4 floats)": (torch.add, (x, x)),
+        "5 CPU matmul (16x16, BLAS)": (torch.mm, (torch.randn(16, 16),) * 2),
+    }
+    if device.type == "cuda":
+        g = torch.randn(4, device=device)
+        a = torch.randn(16, 16, device=device)
+        cases["6 CUDA launch (add, 4 floats)"] = (torch.add, (g, g))
+        cases["7 cuBLAS matmul (16x16)"] = (torch.mm, (a, a))
+    return cases
+
+
+# --8<-- [end:layers]
+
+
+def measure(lab) -> None:
+    calls = 200 if lab.quick else 1000
+    cases = layers(lab.device)
+    # Correctness first: each case computes what it claims to.
+    x = cases["4 CPU kernel (add, 4 floats)"][1][0]
+    lab.check("add", torch.add(x, x), 2 * x.double(), tolerance=1e-6)
+    m = cases["5 CPU matmul (16x16, BLAS)"][1][0]
+    lab.check("mm", torch.mm(m, m), m.double() @ m.double(), tolerance=1e-5)
+    if lab.cuda:
+        a = cases["7 cuBLAS matmul (16x16)"][1][0]
+        lab.check("cuBLAS mm", torch.mm(a, a), a.double() @ a.double(),
+                  tolerance=1e-2)  # TF32 may be on
+    for name, (fn, args) in cases.items():
+        lab.time(
+            lambda fn=fn, args=args: fn(*args),
+            case={"layer": name},
+            metric="per_call",
+            unit="us",
+            timer="host_sync",
+            inner=calls,
+        )
+
+
+def main(argv=None) -> int:
+    from examples.lab.cli import run_example
+
+    return run_example(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
