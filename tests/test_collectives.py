@@ -1,0 +1,103 @@
+"""Chapter 6: the ring cost model, nccl-tests' bus bandwidth, the hand-written
+ring against dist.all_reduce (gloo, 2 to 4 CPU processes), DDP's overlap."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from examples.collectives import ring_allreduce as ring
+from examples.collectives.ddp_overlap import overlap
+from examples.collectives.ring_model import (
+    bus_bandwidth,
+    main,
+    parse_bandwidth,
+    parse_bytes,
+    ring_allreduce_seconds,
+)
+
+MODEL = "examples.collectives.ring_model"
+
+
+def test_worked_number(cli):
+    proc = cli.run("-m", MODEL, "--gpus", "8", "--bytes", "1GB", "--bandwidth", "600GB/s")
+    assert proc.returncode == 0, cli.explain(proc)
+    assert "2.917 ms" in proc.stdout, cli.explain(proc)
+
+
+def test_json_and_latency(cli):
+    base = ["--gpus", "8", "--bytes", "1GB", "--bandwidth", "600GB/s"]
+    plain = json.loads(cli.run("-m", MODEL, *base, "--json").stdout)
+    slow = json.loads(cli.run("-m", MODEL, *base, "--latency", "5us", "--json").stdout)
+    assert plain["seconds"] == pytest.approx(1.75 * 1e9 / 600e9)
+    # 2(p-1) = 14 steps, each paying 5 µs
+    assert slow["seconds"] - plain["seconds"] == pytest.approx(14 * 5e-6)
+
+
+@pytest.mark.parametrize("text,value", [
+    ("1GB", 1e9), ("1GiB", 2**30), ("512MiB", 2**29), ("4096", 4096), ("1.5kB", 1500),
+])
+def test_sizes(text, value):
+    assert parse_bytes(text) == value
+
+
+def test_bandwidth_units():
+    assert parse_bandwidth("600GB/s") == 600e9
+    assert parse_bandwidth("1GiB/s") == 2**30
+
+
+@pytest.mark.parametrize("flag,value", [
+    ("--gpus", "0"), ("--gpus", "two"), ("--bytes", "0"), ("--bytes", "-1GB"),
+    ("--bytes", "1XB"), ("--bandwidth", "600GB"), ("--bandwidth", "0GB/s"),
+    ("--latency", "-5us"), ("--latency", "5 parsecs"), ("--bytes", "inf"),
+])
+def test_bad_input_names_the_flag(flag, value, capsys):
+    args = {"--gpus": "8", "--bytes": "1GB", "--bandwidth": "600GB/s", flag: value}
+    with pytest.raises(SystemExit) as info:
+        main([f"{k}={v}" for k, v in args.items()])
+    assert info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and flag in err, err
+
+
+def test_model_shape():
+    one = ring_allreduce_seconds(gpus=2, nbytes=1e9, bandwidth=1e11)
+    assert one == pytest.approx(1e9 / 1e11)  # p = 2: 2(p-1)/p = 1
+    assert ring_allreduce_seconds(gpus=1, nbytes=1e9, bandwidth=1e11) == 0
+    # bandwidth term tends to 2 M / BW as p grows
+    assert ring_allreduce_seconds(gpus=1000, nbytes=1e9, bandwidth=1e11) == pytest.approx(
+        2 * 1e9 / 1e11, rel=1e-2)
+
+
+def test_bus_bandwidth_factors():
+    # nccl-tests doc/PERFORMANCE.md, "Summary"
+    assert bus_bandwidth("all_reduce", gpus=4, algbw=1.0) == pytest.approx(1.5)
+    for c in ("reduce_scatter", "all_gather", "all_to_all"):
+        assert bus_bandwidth(c, gpus=4, algbw=1.0) == pytest.approx(0.75)
+    for c in ("broadcast", "reduce"):
+        assert bus_bandwidth(c, gpus=4, algbw=1.0) == 1.0
+
+
+@pytest.mark.parametrize("world", [3, 4])
+def test_hand_ring_matches_all_reduce_on_gloo(world):
+    config = {"sizes": [4096], "link_bytes": 4096, "collective_bytes": 4096,
+              "reps": 1, "inner": ring._inner}
+    result = ring.spawn(ring.sweep, world, "gloo", config)
+    for n in ring.CHECK_SIZES:
+        for rank in range(world):
+            saved = result["saved"][f"check-{n}-{rank}.pt"]
+            torch.testing.assert_close(saved["mine"], saved["ref"])
+    assert set(result["sweep"]) == {"dist.all_reduce|4096", "hand ring|4096"}
+
+
+def test_overlap_of_a_made_up_trace():
+    kernels = [
+        {"name": "gemm", "start": 0.0, "dur": 10.0},
+        {"name": "ncclDevKernel_AllReduce", "start": 5.0, "dur": 10.0},  # half hidden
+        {"name": "gemm", "start": 12.0, "dur": 1.0},  # hides one more
+        {"name": "ncclDevKernel_AllReduce", "start": 20.0, "dur": 2.0},  # exposed
+    ]
+    rows, share = overlap(kernels)
+    assert [r["hidden"] for r in rows] == [6.0, 0.0]
+    assert share == pytest.approx(6 / 12)

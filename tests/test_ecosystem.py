@@ -1,0 +1,55 @@
+"""Chapter 7: FFT convolution, 2:4 pruning, FP8 scaling, the C++ custom op."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from examples.ecosystem.fft_conv import fft_conv2d
+from examples.ecosystem.fp8_gemm import E4M3, fp8_matmul, to_fp8
+from examples.ecosystem.sparse_dense import random_sparse, two_four, variants
+
+
+@pytest.mark.parametrize("k", [1, 3, 7, 11])
+def test_fft_conv_is_conv2d(k):
+    x = torch.randn(2, 3, 20, 17, dtype=torch.float64)
+    w = torch.randn(5, 3, k, k, dtype=torch.float64)
+    torch.testing.assert_close(fft_conv2d(x, w), F.conv2d(x, w, padding=k // 2))
+
+
+def test_two_four_keeps_two_of_four():
+    a = two_four(torch.randn(8, 64))
+    nonzero = (a.view(8, -1, 4) != 0).sum(-1)
+    assert (nonzero == 2).all()
+
+
+def test_sparse_variants_agree():
+    a = random_sparse(64, 0.9, "cpu")
+    assert 0.8 < (a == 0).float().mean() < 0.97
+    b = torch.randn(64, 8)
+    out = {name: fn(b) for name, fn in variants(a).items()}
+    torch.testing.assert_close(out["CSR"], out["dense"])
+
+
+def test_fp8_scale_uses_the_range():
+    x = torch.randn(64, 64) * 1e-3
+    x8, scale = to_fp8(x)
+    assert x8.dtype == E4M3
+    assert x8.float().abs().max() == torch.finfo(E4M3).max
+    y = fp8_matmul(x8, scale, x8, scale).double()
+    ref = (x8.double() * scale) @ (x8.double() * scale)
+    assert ((y - ref).norm() / ref.norm()) < 1e-2
+
+
+def test_cpp_op_is_silu_and_passes_opcheck():
+    from examples.ecosystem.custom_op import build_extension
+
+    build_extension(cuda=False)  # cached in the temp folder after the first build
+    x = torch.randn(1000, requires_grad=True)
+    torch.testing.assert_close(torch.ops.book_ext.swish(x), F.silu(x))
+    torch.library.opcheck(torch.ops.book_ext.swish, (x,))
+    (g,) = torch.autograd.grad(torch.ops.book_ext.swish(x).sum(), x)
+    (g_ref,) = torch.autograd.grad(F.silu(x).sum(), x)
+    torch.testing.assert_close(g, g_ref)
+    with pytest.raises(RuntimeError, match="float32 only"):
+        torch.ops.book_ext.swish(torch.randn(3, dtype=torch.float64))
