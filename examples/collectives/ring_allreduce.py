@@ -261,7 +261,7 @@ def measure(lab) -> None:
     for key, samples in r["sweep"].items():
         impl, nbytes = key.split("|")
         nbytes = int(nbytes)
-        case = {"bytes": nbytes, "gpus": p, "impl": impl}
+        case = {"part": "sweep", "bytes": nbytes, "gpus": p, "impl": impl}
         t = lab.keep_samples([s * 1e6 for s in samples], case=case,
                              metric="time", unit="us", method=method)
         algbw = nbytes / (t.median / 1e6)
@@ -272,10 +272,10 @@ def measure(lab) -> None:
                                        latency=alpha)
         lab.value(case=case, metric="model_ratio", unit="x",
                   value=(t.median / 1e6) / model)
-        mcase = {"bytes": nbytes, "gpus": p, "impl": "model"}
+        mcase = {"part": "sweep", "bytes": nbytes, "gpus": p, "impl": "model"}
         lab.value(case=mcase, metric="time", unit="us", value=model * 1e6)
     for name, samples in r["collectives"].items():
-        case = {"collective": name, "gpus": p,
+        case = {"part": "collectives", "collective": name, "gpus": p,
                 "bytes": config["collective_bytes"]}
         t = lab.keep_samples([s * 1e6 for s in samples], case=case,
                              metric="time", unit="us", method=method)
@@ -291,7 +291,7 @@ def _keep_link(lab, link, p, method) -> tuple[float, float]:
     kept = {}
     for nbytes, samples in link.items():
         nbytes = int(nbytes)
-        case = {"bytes": nbytes, "gpus": p, "impl": "link step"}
+        case = {"part": "link", "bytes": nbytes, "gpus": p}
         t = lab.keep_samples([s * 1e6 for s in samples], case=case,
                              metric="time", unit="us", method=method)
         kept[nbytes] = t.median / 1e6

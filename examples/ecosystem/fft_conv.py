@@ -46,12 +46,13 @@ def batched_vs_loop(lab, signals: int, length: int) -> None:
               expected, tolerance=1e-5)
     t = {}
     for name, fn in (("batched", batched), ("one by one", one_by_one)):
-        case = {"fft": name, "signals": signals, "length": length}
+        case = {"part": "batched FFT", "fft": name, "signals": signals,
+                "length": length}
         t[name] = lab.time(fn, case=case, metric="time", unit="us").median
         lab.value(case=case, metric="per_signal", unit="us",
                   value=t[name] / signals)
-    lab.value(case={"fft": "one by one", "signals": signals,
-                    "length": length},
+    lab.value(case={"part": "batched FFT", "fft": "one by one",
+                    "signals": signals, "length": length},
               metric="slowdown", unit="x", value=t["one by one"] / t["batched"])
 
 
@@ -70,15 +71,17 @@ def conv_sweep(lab, n, c, size, kernels) -> None:
         for name, (bench, fn) in runs.items():
             cudnn.benchmark = bench
             lab.check(f"{name} {k}x{k}", fn(), expected, tolerance=1e-4)
-            case = {"filter": k, "method": name}
+            case = {"part": "conv", "filter": k, "method": name}
             times[name] = lab.time(fn, case=case, metric="time",
                                    unit="ms").median
         cudnn.benchmark = False
         best_direct = min(times["direct, heuristic"],
                           times["direct, benchmark"])
-        lab.value(case={"filter": k, "method": "FFT"}, metric="fft_speedup",
+        lab.value(case={"part": "conv", "filter": k, "method": "FFT"},
+                  metric="fft_speedup",
                   unit="x", value=best_direct / times["FFT"])
-        lab.value(case={"filter": k, "method": "direct, benchmark"},
+        lab.value(case={"part": "conv", "filter": k,
+                        "method": "direct, benchmark"},
                   metric="benchmark_speedup", unit="x",
                   value=times["direct, heuristic"] / times["direct, benchmark"])
 

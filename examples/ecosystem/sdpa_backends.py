@@ -72,8 +72,9 @@ def measure(lab) -> None:
             **{key: (m.cpu() if torch.is_tensor(m) else m)
                for key, m in kw.items()})
         for name, backend in BACKENDS.items():
-            with sdpa_kernel(backend), warnings.catch_warnings(record=True) as w:
-                warnings.simplefilter("always")  # the reasons come as warnings
+            caught = warnings.catch_warnings(record=True)
+            with sdpa_kernel(backend), caught as w:
+                warnings.simplefilter("always")  # reasons come as warnings
                 try:
                     out = F.scaled_dot_product_attention(q, k, v, **kw)
                 except RuntimeError as exc:  # this backend cannot run these
