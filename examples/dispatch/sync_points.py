@@ -5,7 +5,8 @@ still works on this one. Anything that needs a value on the host (``.item()``,
 ``.cpu()``, ``print`` of a tensor, ``nonzero`` whose output size depends on the
 data, an ``if`` on a tensor) makes the CPU wait for the GPU to drain, every
 iteration. The example times a loop with and without each one, on a small
-(launch-bound) and a large (GPU-bound) step, and runs each under
+(launch-bound) and a large (GPU-bound) step, and on a tiny one (one layer),
+and runs each under
 ``torch.cuda.set_sync_debug_mode("warn")`` to see whether it is reported.
 """
 
@@ -75,12 +76,16 @@ def caught_by_debug_mode(step, x, sync) -> str:
 
 def measure(lab) -> None:
     dtype = torch.bfloat16 if lab.cuda else torch.float32
-    sizes = {"small": (8, 256), "large": (2048, 4096)}
+    # (batch, hidden, layers): one layer of a tiny step, then 8 layers of a
+    # launch-bound and of a GPU-bound one.
+    sizes = {"tiny": (1, 64, 1), "small": (8, 256, 8),
+             "large": (2048, 4096, 8)}
     if lab.quick:
-        sizes = {"small": (8, 64), "large": (256, 256)}
-    iterations, layers = (5, 4) if lab.quick else (20, 8)
+        sizes = {"tiny": (1, 16, 1), "small": (8, 64, 4),
+                 "large": (256, 256, 4)}
+    iterations = 5 if lab.quick else 20
     sink = io.StringIO()
-    for size, (batch, hidden) in sizes.items():
+    for size, (batch, hidden, layers) in sizes.items():
         step, x = make_step(batch, hidden, layers, lab.device, dtype)
         y, loss = step(x)
         ref = x.double()

@@ -1,12 +1,14 @@
 """The warm-cache trap: a kernel timed on data that is already in the L2.
 
-The H100 and H200 have a 50 MB L2 cache. A memory-bound kernel whose input
+A GPU has an L2 cache of tens of MB. A memory-bound kernel whose input
 and output fit in it, timed again and again on the same buffers, reads from
 the cache, not from HBM, and reports a bandwidth the memory cannot deliver.
 Timed three ways on a small and a large tensor: the same buffers every time
 (warm), the L2 overwritten before each repetition (flushed), and rotating
 through enough buffer pairs to overflow the cache (rotated). The metric is
-the apparent bandwidth, bytes read plus written over time.
+the apparent bandwidth, bytes read plus written over time, from events around
+each call and, on a GPU, from the kernel's own duration (the profiler): at the
+small size the kernel is shorter than its launch, and the events time both.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from __future__ import annotations
 import sys
 
 import torch
+
+from examples.lab.timing import L2Flusher
+from examples.measuring.cpu_bound_trap import kernel_durations
 
 
 # --8<-- [start:ways]
@@ -29,8 +34,23 @@ def ways(x, y, pool):
 # --8<-- [end:ways]
 
 
+def kernel_time(kwargs, x, y, pool, calls: int) -> list[float]:
+    """The same three ways, timed by the kernels' own durations."""
+    if "inputs" in kwargs:
+        turn = iter(range(10**9))
+
+        def fn():
+            a, b = pool[next(turn) % len(pool)]
+            torch.mul(a, 2.0, out=b)
+    else:
+        def fn():
+            torch.mul(x, 2.0, out=y)
+    flush = L2Flusher(x.device) if kwargs.get("flush_l2") else None
+    return kernel_durations(fn, calls, between=flush)
+
+
 def measure(lab) -> None:
-    sizes = [2**10, 2**14] if lab.quick else [2**21, 2**28]  # fp32: 8 MiB, 1 GiB
+    sizes = [2**10, 2**14] if lab.quick else [2**22, 2**28]  # fp32: 16 MiB, 1 GiB
     for n in sizes:
         x = torch.randn(n, device=lab.device)
         y = torch.empty_like(x)
@@ -50,6 +70,14 @@ def measure(lab) -> None:
             t = lab.time(fn, case=case, metric="time", unit="us", **kwargs)
             lab.value(case=case, metric="bandwidth",
                       value=nbytes / (t.median * 1e-6) / 1e9, unit="GB/s")
+            if lab.cuda:  # the kernel alone, without the launch (CUPTI)
+                k = lab.keep_samples(
+                    kernel_time(kwargs, x, y, pool, lab.repetitions),
+                    case=case, metric="kernel", unit="us",
+                    method="CUPTI kernel duration")
+                lab.value(case=case, metric="kernel_bandwidth",
+                          value=nbytes / (k.median * 1e-6) / 1e9,
+                          unit="GB/s")
         del pool
 
 

@@ -14,6 +14,8 @@ import sys
 
 import torch
 
+from examples.lab.timing import L2Flusher
+from examples.measuring.cpu_bound_trap import kernel_durations
 from examples.stack.roofline_model import ridge_point
 
 
@@ -38,7 +40,8 @@ def measure(lab) -> None:
     elem = torch.finfo(dtype).bits // 8
     dev = lab.device
     big = 2048 if lab.quick else 16384  # 16384^2 bf16 = 512 MiB per operand
-    gemms = [128, 256] if lab.quick else [256, 512, 1024, 2048, 4096, 8192]
+    gemms = [128, 256] if lab.quick else [256, 1024, 2048, 4096, 8192,
+                                          16384]
 
     # The memory roof: a copy far larger than the L2, bytes read + written.
     src = torch.randn(big * big, device=dev, dtype=dtype)
@@ -47,6 +50,12 @@ def measure(lab) -> None:
     lab.check("copy", dst, src, tolerance=0)
     t = lab.time(lambda: dst.copy_(src), case={"op": "copy", "n": big},
                  metric="time", flush_l2=True)
+    if lab.cuda:
+        t = lab.keep_samples(
+            kernel_durations(lambda: dst.copy_(src), lab.repetitions,
+                             between=L2Flusher(dev)),
+            case={"op": "copy", "n": big}, metric="kernel", unit="us",
+            method="CUPTI kernel duration, L2 flushed")
     bandwidth = 2 * src.numel() * elem / (t.median * 1e-6) / 1e9
     lab.value(case={"op": "copy", "n": big}, metric="bandwidth",
               value=bandwidth, unit="GB/s")
@@ -68,6 +77,12 @@ def measure(lab) -> None:
         flops, nbytes = work(op, n, elem)
         case = {"op": op, "n": n, "intensity": round(flops / nbytes, 3)}
         t = lab.time(fn, case=case, metric="time", flush_l2=True)
+        if lab.cuda:  # short kernels: their own duration, not the launch
+            t = lab.keep_samples(
+                kernel_durations(fn, lab.repetitions,
+                                 between=L2Flusher(dev)),
+                case=case, metric="kernel", unit="us",
+                method="CUPTI kernel duration, L2 flushed")
         rate = flops / (t.median * 1e-6) / 1e12
         lab.value(case=case, metric="rate", value=rate, unit="TFLOP/s")
         lab.value(case=case, metric="bandwidth",
