@@ -121,9 +121,9 @@ def measure(lab) -> None:
     count = (2**20 if lab.quick else 2**30) // itemsize
     src = torch.randn(count, device=lab.device).to(dtype)
     dst = torch.empty_like(src)
-    copy = lab.time(lambda: dst.copy_(src), case={"level": "copy"},
-                    metric="time")
-    lab.value(case={"level": "copy"}, metric="bandwidth",
+    roof = {"level": "copy", "part": "roof"}
+    copy = lab.time(lambda: dst.copy_(src), case=roof, metric="time")
+    lab.value(case=roof, metric="bandwidth",
               value=2 * count * itemsize / copy.median / 1e3, unit="GB/s")
     del src, dst
 
@@ -131,7 +131,7 @@ def measure(lab) -> None:
         for n in sizes:
             flops, nbytes = traffic(level, n, itemsize)
             fn, _ = operation(level, n, dtype, lab.device)
-            case = {"level": level, "n": n,
+            case = {"level": level, "n": n, "part": "levels",
                     "intensity": round(flops / nbytes, 2)}
             # GEMV and AXPY inputs fit in L2 at small n: clear it first.
             t = lab.time(fn, case=case, metric="time",
