@@ -25,7 +25,8 @@ def thread_keys() -> str:
     """Keys the current thread adds to every call, and keys it removes."""
     include = torch._C._dispatch_tls_local_include_set()
     exclude = torch._C._dispatch_tls_local_exclude_set()
-    return f"include {include}; exclude {exclude}".replace("DispatchKeySet", "")
+    text = f"include {include}; exclude {exclude}"
+    return text.replace("DispatchKeySet", "")
 
 
 # --8<-- [end:keys]

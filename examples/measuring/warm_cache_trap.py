@@ -50,7 +50,8 @@ def kernel_time(kwargs, x, y, pool, calls: int) -> list[float]:
 
 
 def measure(lab) -> None:
-    sizes = [2**10, 2**14] if lab.quick else [2**22, 2**28]  # fp32: 16 MiB, 1 GiB
+    # float32: 16 MiB and 1 GiB per tensor
+    sizes = [2**10, 2**14] if lab.quick else [2**22, 2**28]
     for n in sizes:
         x = torch.randn(n, device=lab.device)
         y = torch.empty_like(x)

@@ -48,16 +48,17 @@ def measure(lab) -> None:
     dst = torch.empty_like(src)
     dst.copy_(src)
     lab.check("copy", dst, src, tolerance=0)
-    t = lab.time(lambda: dst.copy_(src), case={"op": "copy", "n": big},
-                 metric="time", flush_l2=True)
+    copy = {"op": "copy", "n": big, "intensity": 0}  # no FLOPs
+    t = lab.time(lambda: dst.copy_(src), case=copy, metric="time",
+                 flush_l2=True)
     if lab.cuda:
         t = lab.keep_samples(
             kernel_durations(lambda: dst.copy_(src), lab.repetitions,
                              between=L2Flusher(dev)),
-            case={"op": "copy", "n": big}, metric="kernel", unit="us",
+            case=copy, metric="kernel", unit="us",
             method="CUPTI kernel duration, L2 flushed")
     bandwidth = 2 * src.numel() * elem / (t.median * 1e-6) / 1e9
-    lab.value(case={"op": "copy", "n": big}, metric="bandwidth",
+    lab.value(case=copy, metric="bandwidth",
               value=bandwidth, unit="GB/s")
     del src, dst
 
@@ -93,12 +94,15 @@ def measure(lab) -> None:
 
     # --8<-- [start:ridge]
     ridge = ridge_point(peak_tflops=peak, bandwidth_gbs=bandwidth)
-    lab.value(case={"op": "ridge"}, metric="peak_rate", value=peak,
-              unit="TFLOP/s")
-    lab.value(case={"op": "ridge"}, metric="bandwidth", value=bandwidth,
+    at_ridge = {"op": "ridge", "intensity": round(ridge, 3)}
+    lab.value(case=at_ridge, metric="ridge", value=ridge, unit="FLOP/B")
+    lab.value(case=at_ridge, metric="rate", value=peak, unit="TFLOP/s")
+    lab.value(case=at_ridge, metric="bandwidth", value=bandwidth,
               unit="GB/s")
-    lab.value(case={"op": "ridge"}, metric="ridge", value=ridge,
-              unit="FLOP/B")
+    for intensity in (0.1, 1, 10, 100, 1000, 10000):  # the roof itself
+        lab.value(case={"op": "roof", "intensity": intensity},
+                  metric="rate", unit="TFLOP/s",
+                  value=min(peak, intensity * bandwidth / 1e3))
     # --8<-- [end:ridge]
     lab.note("dtype", str(dtype).removeprefix("torch."))
 
