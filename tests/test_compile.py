@@ -1,0 +1,87 @@
+"""Chapter 4: the byte counter and roofline prediction of the fusion example,
+the graph-break and recompilation helpers, and the Triton kernels through the
+interpreter (in a subprocess, where TRITON_INTERPRET=1 is set before import)."""
+from __future__ import annotations
+
+
+import pytest
+import torch
+
+from examples.compile.fusion import (
+    Traffic, min_bytes, pointwise_chain, predicted_speedup, roofline_time, softmax_by_hand,
+)
+
+
+def test_traffic_counts_each_eager_kernel():
+    x = torch.randn(1000)
+    with Traffic() as t:
+        pointwise_chain(x)
+    assert [op for op, _, _ in t.kernels] == ["aten.mul", "aten.add", "aten.relu"]
+    assert sum(b for _, b, _ in t.kernels) == 3 * 2 * 4 * 1000
+    assert min_bytes(pointwise_chain, x) == 2 * 4 * 1000
+
+
+def test_traffic_counts_matmul_flops():
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    with Traffic() as t:
+        a @ b
+    flops = [f for op, _, f in t.kernels if op == "aten.mm"]
+    assert flops == [2 * 8 * 16 * 4]
+
+
+def test_prediction_memory_bound_chain_is_three():
+    x = torch.randn(4096)
+    with Traffic() as t:
+        pointwise_chain(x)
+    s = predicted_speedup(t.kernels, min_bytes(pointwise_chain, x), bandwidth=1e12, rate=1e15)
+    assert s == pytest.approx(3.0)
+
+
+def test_roofline_time_takes_the_slower_side():
+    assert roofline_time(1e9, 0, 1e12, 1e15) == pytest.approx(1e-3)
+    assert roofline_time(0, 1e15, 1e12, 1e15) == pytest.approx(1.0)
+
+
+def test_softmax_by_hand_is_softmax():
+    x = torch.randn(7, 33, dtype=torch.float64)
+    torch.testing.assert_close(softmax_by_hand(x), torch.softmax(x, dim=-1))
+
+
+def test_graph_breaks_found_and_fixed():
+    from examples.compile.pipeline import explain, with_breaks, without_breaks
+
+    x = torch.randn(8)
+    broken, fixed = explain(with_breaks, x), explain(without_breaks, x)
+    assert broken["graph breaks"] >= 1 and broken["graphs"] >= 2
+    assert fixed == {"graphs": 1, "graph breaks": 0, "reasons": "none"}
+
+
+def test_recompilations():
+    from examples.compile.pipeline import compilations
+
+    assert compilations(False) == 4
+    assert compilations(True) == 1
+    assert compilations(None, mark=True) == 1
+    assert compilations(None) < 4
+
+
+TRITON_SCRIPT = """
+import torch
+import examples.compile.triton_kernels as tk
+assert tk.INTERPRETED
+g = torch.Generator().manual_seed(1)
+x, y = torch.randn(3001, generator=g), torch.randn(3001, generator=g)
+assert torch.equal(tk.add(x, y), x + y)
+s = torch.randn(5, 300, generator=g, dtype=torch.float16)
+torch.testing.assert_close(tk.softmax(s).float(), torch.softmax(s.float(), -1), atol=1e-3, rtol=1e-3)
+for m, k, n in [(64, 64, 64), (40, 72, 24)]:
+    a = torch.randn(m, k, generator=g, dtype=torch.float16)
+    b = torch.randn(k, n, generator=g, dtype=torch.float16)
+    torch.testing.assert_close(tk.matmul(a, b).float(), a.float() @ b.float(), atol=2e-2, rtol=2e-2)
+print("ok")
+"""
+
+
+def test_triton_kernels_in_the_interpreter(cli):
+    proc = cli.run("-c", TRITON_SCRIPT, env=cli.cpu_env(TRITON_INTERPRET="1"))
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", cli.explain(proc)
