@@ -24,11 +24,12 @@ BACKENDS = {
     "math": SDPBackend.MATH,
 }
 
-#: Substrings of kernel names, in the order they are tried.
+#: Substrings of kernel names, in the order they are tried (cuDNN first:
+#: its fused attention kernels have "flash" in their names too).
 KERNEL_NAMES = {
+    "cuDNN": ("cudnn",),
     "flash": ("flash",),
     "memory-efficient": ("fmha", "efficient", "mem_eff"),
-    "cuDNN": ("cudnn",),
 }
 
 
@@ -44,6 +45,16 @@ def dispatched(q, k, v, **kw) -> str:
         if any(key in names for key in keys):
             return backend
     return "math"
+
+
+def kernel_names(q, k, v, **kw) -> list[str]:
+    """The GPU kernels one unforced call ran, as the profiler names them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        F.scaled_dot_product_attention(q, k, v, **kw)
+    return sorted({e.key[:120] for e in prof.key_averages()
+                   if e.device_type.name == "CUDA"})
 
 
 def measure(lab) -> None:
@@ -88,6 +99,9 @@ def measure(lab) -> None:
                          unit="ms")
         chosen = dispatched(q, k, v, **kw)
         lab.note(f"{label}: dispatcher chose", chosen)
+        if lab.cuda:
+            lab.note(f"{label}: kernels of the default call",
+                     kernel_names(q, k, v, **kw))
         lab.time(lambda: F.scaled_dot_product_attention(q, k, v, **kw),
                  case={**case_of, "backend": f"default ({chosen})"},
                  metric="time", unit="ms")
@@ -99,9 +113,12 @@ def measure(lab) -> None:
 
 def _why(exc: BaseException, caught) -> str:
     """The backend's own reason (a warning) rather than the generic error."""
-    reasons = [str(w.message).strip().splitlines()[0] for w in caught]
-    reasons = [r for r in reasons if "viable backend" not in r] or [str(exc)]
-    return reasons[0].strip()[:240]
+    reasons = []
+    for w in caught:
+        text = str(w.message).split("(Triggered internally")[0].strip()
+        if text and "viable backend" not in text and not text.endswith(":"):
+            reasons.append(text.splitlines()[0][:200])
+    return "; ".join(dict.fromkeys(reasons)) or str(exc).splitlines()[0]
 
 
 def main(argv=None) -> int:
