@@ -1,0 +1,75 @@
+"""Chapter 2: the dispatch keys, the op logger, the sync points and the budget model."""
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import torch
+
+from examples.dispatch.budget import budget
+from examples.dispatch.dispatch_keys import keys, thread_keys
+from examples.dispatch.op_logger import autograd_graph, log_ops
+from examples.dispatch.sync_points import make_step, run_loop, sync_points
+
+
+def test_keys_of_a_cpu_tensor_and_an_inference_tensor():
+    assert keys(torch.randn(2)).split(", ")[-1] == "CPU"
+    assert "AutogradCPU" in keys(torch.randn(2))
+    with torch.inference_mode():
+        t = torch.randn(2)
+    assert "AutogradCPU" not in keys(t) and "ADInplaceOrView" not in keys(t)
+
+
+def test_autocast_removes_its_key_from_the_exclude_set():
+    assert "AutocastCPU" in thread_keys().split("exclude")[1]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert "AutocastCPU" not in thread_keys().split("exclude")[1]
+
+
+def test_op_logger_sees_forward_and_backward_ops():
+    x = torch.randn(3, 4)
+    w = torch.randn(4, 5, requires_grad=True)
+    forward = log_ops(lambda: torch.tanh(x @ w))
+    # tanh saves its output for the backward pass: a detach records that
+    assert forward[:2] == ["aten.mm.default", "aten.tanh.default"]
+    assert set(forward) <= {"aten.mm.default", "aten.tanh.default", "aten.detach.default"}
+    y = torch.tanh(x @ w).sum()
+    assert autograd_graph(y)[:3] == ["SumBackward0", "TanhBackward0", "MmBackward0"]
+    assert "aten.tanh_backward.default" in log_ops(y.backward)
+    with torch.no_grad():
+        assert autograd_graph(torch.tanh(x @ w)) == []
+
+
+def test_every_sync_point_runs_in_the_loop():
+    step, x = make_step(2, 8, 2, torch.device("cpu"), torch.float32)
+    sink = io.StringIO()
+    for name, sync in sync_points(sink).items():
+        run_loop(step, x, sync, 2)
+    assert "tensor(" in sink.getvalue()  # print(loss) printed
+
+
+def test_budget_cpu_bound_fusion_and_graph():
+    b = budget(ops=1000, cpu_us=10, gpu_us=2, fusion=5, graph_us=1)
+    assert (b.bound, b.cpu_ms, b.gpu_ms, b.step_ms) == ("CPU", 10, 2, 10)
+    assert b.fused_step_ms == pytest.approx(2)
+    assert b.graph_step_ms == pytest.approx(2.01)
+
+
+def test_budget_gpu_bound_gains_nothing_from_fusion():
+    b = budget(ops=100, cpu_us=5, gpu_us=50, fusion=4)
+    assert b.bound == "GPU" and b.fused_step_ms == b.step_ms == pytest.approx(5)
+
+
+@pytest.mark.parametrize("argv", [["--ops", "10", "--cpu-us", "0", "--gpu-us", "1"],
+                                  ["--ops", "1.5", "--cpu-us", "1", "--gpu-us", "1"],
+                                  ["--ops", "10", "--cpu-us", "1", "--gpu-us", "inf"],
+                                  ["--ops", "10", "--cpu-us", "1", "--gpu-us", "1", "--fusion", "0.5"]])
+def test_budget_cli_rejects(cli, argv):
+    cli.one_line_error(cli.run("-m", "examples.dispatch.budget", *argv))
+
+
+def test_budget_cli_json(cli):
+    proc = cli.run("-m", "examples.dispatch.budget", "--ops", "600", "--cpu-us", "8", "--gpu-us", "3", "--json")
+    assert proc.returncode == 0, cli.explain(proc)
+    assert json.loads(proc.stdout)["bound"] == "CPU"

@@ -1,0 +1,80 @@
+"""Chapter 1's calculators and decoders: the roofline, the MMA shapes, the PTX."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from examples.stack.layer_costs import layers
+from examples.stack.mma_shape import GENERATIONS, mma_flops
+from examples.stack.roofline import work
+from examples.stack.roofline_model import ridge_point, roofline
+
+
+def test_ridge_point_is_peak_over_bandwidth():
+    assert ridge_point(peak_tflops=1000, bandwidth_gbs=5000) == pytest.approx(200)
+
+
+@pytest.mark.parametrize("intensity, bound", [(10, "memory"), (1000, "compute")])
+def test_roofline_bound_and_rate(intensity, bound):
+    r = roofline(flops=intensity * 1e6, nbytes=1e6, peak_tflops=1000, bandwidth_gbs=5000)
+    assert r.bound == bound
+    assert r.attainable_tflops == pytest.approx(min(1000, intensity * 5))
+    # the floor is the larger of the two times
+    assert r.time_us == pytest.approx(max(intensity * 1e6 / 1e15, 1e6 / 5e12) * 1e6)
+
+
+def test_gemm_intensity_grows_with_size():
+    flops, nbytes = work("gemm", 4096, 2)
+    assert flops / nbytes == pytest.approx(4096 / 3)
+    assert work("add", 16, 4) == (256, 3 * 256 * 4)
+    with pytest.raises(ValueError):
+        work("conv", 16, 4)
+
+
+def test_mma_shapes():
+    assert mma_flops("m16n8k16") == 4096
+    assert mma_flops("m64n64k16") == 131072
+    with pytest.raises(ValueError):
+        mma_flops("16x8x16")
+
+
+def test_hopper_doubles_ampere_per_sm_per_clock():
+    ampere, hopper = GENERATIONS
+    assert hopper.flops_per_sm_clock / ampere.flops_per_sm_clock == pytest.approx(2, rel=1e-3)
+    assert hopper.flops_per_tensor_core_clock == pytest.approx(1024, rel=1e-3)
+
+
+def test_layers_on_cpu_are_cpu_only():
+    names = list(layers(__import__("torch").device("cpu")))
+    assert names[0] == "1 Python call" and not any("CUDA" in n for n in names)
+
+
+@pytest.mark.parametrize("argv", [["--flops", "0", "--bytes", "1", "--peak-tflops", "1", "--bandwidth-gbs", "1"],
+                                  ["--flops", "1", "--bytes", "nan", "--peak-tflops", "1", "--bandwidth-gbs", "1"],
+                                  ["--flops", "1", "--bytes", "1", "--peak-tflops", "1"]])
+def test_roofline_cli_rejects(cli, argv):
+    cli.one_line_error(cli.run("-m", "examples.stack.roofline_model", *argv))
+
+
+def test_roofline_cli_json(cli):
+    proc = cli.run("-m", "examples.stack.roofline_model", "--flops", "1e6", "--bytes", "1e6",
+                   "--peak-tflops", "1000", "--bandwidth-gbs", "5000", "--json")
+    assert proc.returncode == 0, cli.explain(proc)
+    assert json.loads(proc.stdout)["bound"] == "memory"
+
+
+def test_mma_cli_rejects_bad_shape(cli):
+    assert "m16n8k16" in cli.one_line_error(cli.run("-m", "examples.stack.mma_shape", "--shape", "big"))
+
+
+@pytest.mark.parametrize("arch, ptx, sass", [(80, "mma.sync.aligned.m16n8k16", "HMMA.16816"),
+                                             (90, "wgmma.mma_async", "HGMMA.64x64x16")])
+def test_triton_compiles_tensor_core_instructions_without_a_gpu(arch, ptx, sass):
+    pytest.importorskip("triton")
+    from examples.stack.triton_ptx import compile_tile_matmul, mma_instructions
+
+    found = mma_instructions(compile_tile_matmul(arch))
+    assert any(name.startswith(ptx) for name in found["ptx"]), found
+    if not found["sass"][0].startswith("unavailable"):
+        assert any(name.startswith(sass) for name in found["sass"]), found
