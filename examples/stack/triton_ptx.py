@@ -23,6 +23,19 @@ EXAMPLE_ARGV = ["--arch", "90", "--show", "mma"]
 ARCHS = {"80": "Ampere (A100)", "90": "Hopper (H100, H200)"}
 
 
+def _compiled_not_interpreted(fn):
+    """``triton.jit``, even where TRITON_INTERPRET=1 is set (the interpreter
+    runs kernels on the CPU but cannot compile them for a target)."""
+    import triton
+
+    saved = os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        return triton.jit(fn)
+    finally:
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
 # --8<-- [start:kernel]
 def compile_tile_matmul(arch: int):
     """Compile a one-tile matrix product for ``sm_<arch>``; no GPU needed."""
@@ -30,7 +43,7 @@ def compile_tile_matmul(arch: int):
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
 
-    @triton.jit
+    @_compiled_not_interpreted
     def tile_mm(a, b, c, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
         m, n, k = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
         x = tl.load(a + m[:, None] * BK + k[None, :])  # BM x BK fp16
