@@ -86,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{args.shape}: {flops} FLOPs per instruction (one warp)")
     for r in rows:
-        print(f"{r['gpu']}: {r['flops_per_sm_clock']:.0f} FLOP/clock/SM, "
-              f"{r['flops_per_tensor_core_clock']:.0f} per tensor core; "
-              f"one {args.shape} takes a tensor core "
+        print(f"{r['gpu']}:\n  {r['flops_per_sm_clock']:.0f} FLOP per clock "
+              f"per SM, {r['flops_per_tensor_core_clock']:.0f} per tensor "
+              f"core; {args.shape} in "
               f"{r['clocks_per_mma_per_tensor_core']:.0f} clocks")
     return 0
 
