@@ -16,8 +16,10 @@ pages before Python 3.13.
 """
 from __future__ import annotations
 
+import os
 from doctest import ELLIPSIS, NORMALIZE_WHITESPACE
 
+import pytest
 from sybil import Sybil
 from sybil.parsers.markdown import ClearNamespaceParser, PythonCodeBlockParser, SkipParser
 from sybil.parsers.rest import DocTestParser
@@ -54,3 +56,17 @@ docstrings = Sybil(
 )
 
 pytest_collect_file = (pages + docstrings).pytest()
+
+
+@pytest.fixture(autouse=True)
+def _triton_interpret_stays_put():
+    """Importing ``examples.compile.triton_kernels`` without a GPU turns on
+    Triton's interpreter by setting ``TRITON_INTERPRET`` in this process; put the
+    variable back after each test, so that the processes later tests start (which
+    copy ``os.environ``) compile Triton kernels as a reader's would."""
+    before = os.environ.get("TRITON_INTERPRET")
+    yield
+    if before is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = before
