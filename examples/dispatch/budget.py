@@ -19,13 +19,11 @@ graph replaces the CPU's per-op cost with one launch and leaves the GPU
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import sys
 from dataclasses import asdict, dataclass
 
-from examples.lab.cli import ArgumentParser, add_json_flag, emit_json
+from examples.lab.cli import ArgumentParser, add_json_flag, emit_json, at_least, non_negative, positive
 
 EXAMPLE_ARGV = ["--ops", "600", "--cpu-us", "8", "--gpu-us", "3",
                 "--fusion", "3", "--graph-us", "1.5"]
@@ -55,33 +53,18 @@ def budget(*, ops: int, cpu_us: float, gpu_us: float, fusion: float = 1,
 # --8<-- [end:model]
 
 
-def _number(kind, minimum: float):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
-        if not (math.isfinite(value) and value >= minimum):
-            raise argparse.ArgumentTypeError(
-                f"must be finite and at least {minimum}, got {text}")
-        return value
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m examples.dispatch.budget",
                             description=__doc__.strip().splitlines()[0])
-    parser.add_argument("--ops", type=_number(int, 1), required=True,
+    parser.add_argument("--ops", type=positive(int), required=True,
                         help="ops (kernels) per step")
-    parser.add_argument("--cpu-us", type=_number(float, 1e-9), required=True,
+    parser.add_argument("--cpu-us", type=positive(float), required=True,
                         help="CPU cost of issuing one op, µs")
-    parser.add_argument("--gpu-us", type=_number(float, 0), required=True,
+    parser.add_argument("--gpu-us", type=non_negative(float), required=True,
                         help="GPU time of one op, µs")
-    parser.add_argument("--fusion", type=_number(float, 1), default=1,
+    parser.add_argument("--fusion", type=at_least(1), default=1,
                         help="ops fused into one (default 1: no fusion)")
-    parser.add_argument("--graph-us", type=_number(float, 0), default=0,
+    parser.add_argument("--graph-us", type=non_negative(float), default=0,
                         help="GPU cost per kernel in a graph replay, µs")
     add_json_flag(parser, "the result")
     args = parser.parse_args(argv)

@@ -12,13 +12,11 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import sys
 from dataclasses import asdict, dataclass
 
-from examples.lab.cli import ArgumentParser, add_json_flag, emit_json
+from examples.lab.cli import ArgumentParser, add_json_flag, emit_json, positive
 
 #: The arguments the book's page works through; CI runs the example with them.
 EXAMPLE_ARGV = [
@@ -57,24 +55,6 @@ def launch_budget(
 # --8<-- [end:model]
 
 
-def _positive(kind: type):
-    """An argparse type: a number of ``kind`` that is greater than zero."""
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected a positive {kind.__name__}, got {text!r}"
-            ) from None
-        if not (value > 0 and math.isfinite(value)):  # rejects NaN and inf
-            raise argparse.ArgumentTypeError(f"must be positive and finite, got {text}")
-        return value
-
-    parse.__name__ = kind.__name__
-    return parse
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(
         prog="python -m examples.graphs.launch_budget",
@@ -83,25 +63,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--layers",
         required=True,
-        type=_positive(int),
+        type=positive(int),
         help="transformer layers run per token",
     )
     parser.add_argument(
         "--kernels-per-layer",
         required=True,
-        type=_positive(int),
+        type=positive(int),
         help="kernels each layer launches",
     )
     parser.add_argument(
         "--launch-us",
         required=True,
-        type=_positive(float),
+        type=positive(float),
         help="CPU cost of one launch, in µs",
     )
     parser.add_argument(
         "--tokens-per-second",
         required=True,
-        type=_positive(float),
+        type=positive(float),
         help="target generation rate",
     )
     add_json_flag(parser, "the result")

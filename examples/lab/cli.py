@@ -7,6 +7,7 @@ with one line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 from types import ModuleType
@@ -31,6 +32,36 @@ class ArgumentParser(argparse.ArgumentParser):
 def fail(message: str, status: int = EXIT_USAGE) -> NoReturn:
     print(message, file=sys.stderr)
     raise SystemExit(status)
+
+
+def _finite_number(kind: type, accepts, adjective: str):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {adjective} {kind.__name__}, got {text!r}") from None
+        if not (math.isfinite(value) and accepts(value)):  # NaN and inf are never inputs
+            raise argparse.ArgumentTypeError(f"must be {adjective} and finite, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+def positive(kind: type = float):
+    """An argparse type: a finite number of ``kind`` greater than zero."""
+    return _finite_number(kind, lambda v: v > 0, "positive")
+
+
+def non_negative(kind: type = float):
+    """An argparse type: a finite number of ``kind`` that is zero or more."""
+    return at_least(0, kind)
+
+
+def at_least(minimum: float, kind: type = float):
+    """An argparse type: a finite number of ``kind`` no smaller than ``minimum``."""
+    words = "non-negative" if minimum == 0 else f"at least {minimum:g}"
+    return _finite_number(kind, lambda v: v >= minimum, words)
 
 
 def add_json_flag(parser: argparse.ArgumentParser, what: str) -> None:

@@ -16,13 +16,11 @@ intensity at which the two limits meet.
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import sys
 from dataclasses import asdict, dataclass
 
-from examples.lab.cli import ArgumentParser, add_json_flag, emit_json
+from examples.lab.cli import ArgumentParser, add_json_flag, emit_json, positive
 
 #: A 4096-cubed bf16 GEMM against the H200's datasheet roofs (989 TFLOP/s
 #: dense BF16, 4.8 TB/s); the page cites both.
@@ -59,26 +57,16 @@ def roofline(*, flops: float, nbytes: float, peak_tflops: float,
 # --8<-- [end:model]
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be positive and finite, got {text}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m examples.stack.roofline_model",
                             description=__doc__.strip().splitlines()[0])
-    parser.add_argument("--flops", type=_positive, required=True,
+    parser.add_argument("--flops", type=positive(), required=True,
                         help="floating-point operations of one call")
-    parser.add_argument("--bytes", type=_positive, required=True,
+    parser.add_argument("--bytes", type=positive(), required=True,
                         help="bytes one call must move through memory")
-    parser.add_argument("--peak-tflops", type=_positive, required=True,
+    parser.add_argument("--peak-tflops", type=positive(), required=True,
                         help="the arithmetic roof, TFLOP/s")
-    parser.add_argument("--bandwidth-gbs", type=_positive, required=True,
+    parser.add_argument("--bandwidth-gbs", type=positive(), required=True,
                         help="the memory roof, GB/s")
     add_json_flag(parser, "the result")
     args = parser.parse_args(argv)
