@@ -310,6 +310,24 @@ def test_committed_records_validate():
         assert source.is_file(), f"{record.machine.slug}/{record.topic}.json: source {record.source} is gone"
 
 
+def test_committed_gpu_records_carry_full_provenance():
+    """What the book promises every GPU record holds: the machine, the software, the code."""
+    gpu = [r for r in load_records(REPO / "docs" / "records") if r.machine.device == "cuda"]
+    assert gpu, "the book has no GPU records"
+    for r in gpu:
+        where = f"{r.machine.slug}/{r.topic}.json"
+        m = r.machine
+        for field in ("gpu_name", "sm_count", "compute_capability", "driver", "cuda", "cudnn", "nccl",
+                      "torch", "triton", "host_cpu", "clocks_mhz"):
+            assert getattr(m, field), f"{where}: machine.{field} is missing"
+        assert r.run.commit and r.run.dirty is False, f"{where}: measured from a commit with clean examples"
+        assert r.run.quick is False, f"{where}: quick-mode figures are for CI, not for the book"
+        for row in r.results:
+            for name, metric in row.metrics.items():
+                if metric.method != "computed":
+                    assert metric.n and metric.q1 is not None, f"{where}: {name} has no spread"
+
+
 # -- on a GPU (skipped, with the reason, elsewhere) ------------------------------------
 @pytest.mark.needs_cuda
 @pytest.mark.parametrize("timer", ["cuda_event", "host_sync", "do_bench"])
