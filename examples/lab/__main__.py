@@ -1,7 +1,8 @@
 """The lab runner: ``python -m examples.lab run [--all | TOPIC ...] --out DIR``.
 
 Runs every chosen benchmark on this machine and writes one record per example
-to ``DIR/<machine slug>/<topic>.json``. ``validate DIR`` checks a folder of records.
+to ``DIR/<machine slug>/<topic>.json``. ``validate DIR`` checks a folder of records; ``compare DIR`` sets its figures beside the
+book's (see ``examples/lab/compare.py``).
 """
 from __future__ import annotations
 
@@ -72,6 +73,25 @@ def _validate(args) -> int:
     return 0
 
 
+def _compare(args) -> int:
+    import json
+
+    from examples.lab.compare import compare, text, to_json
+    from examples.lab.records import RecordError
+
+    for name, folder in (("DIR", args.dir), ("--book", args.book)):
+        if not folder.is_dir():
+            fail(f"python -m examples.lab compare: error: {name} {folder}: no such folder")
+    try:
+        result = compare(args.dir, args.book, args.machine)
+    except RecordError as exc:
+        fail(f"invalid record: {exc}", status=1)
+    except LookupError as exc:
+        fail(f"python -m examples.lab compare: error: {exc.args[0]}")
+    print(json.dumps(to_json(result), indent=1) if args.json else text(result))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
@@ -87,6 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     validate = sub.add_parser("validate", help="check every record under a folder")
     validate.add_argument("dir", type=Path, metavar="DIR")
     validate.set_defaults(handler=_validate)
+    from examples.lab.compare import BOOK_MACHINE, BOOK_ROOT
+
+    comp = sub.add_parser("compare", help="your records beside the book's: each figure, both values, the ratio")
+    comp.add_argument("dir", type=Path, metavar="DIR", help="records folder of a `run --out DIR`")
+    comp.add_argument("--book", type=Path, default=BOOK_ROOT, metavar="DIR",
+                      help="the book's records folder (default: docs/records)")
+    comp.add_argument("--machine", default=BOOK_MACHINE, metavar="SLUG",
+                      help=f"the book's machine to compare with (default: {BOOK_MACHINE})")
+    comp.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    comp.set_defaults(handler=_compare)
     args = parser.parse_args(argv)
     return args.handler(args)
 
