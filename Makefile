@@ -1,6 +1,7 @@
 # Python to Silicon: set-up, site and tests.
 #
 #   make serve   build and serve the site at http://127.0.0.1:8000
+#                (RECORDS=DIR adds your records, from `python -m examples.lab run --out DIR`)
 #   make test    the same set-up, plus Debian's Chromium; build the site; run every test
 #
 # Set-up is idempotent: stamp files under .venv/ and node_modules/ record what is
@@ -20,11 +21,15 @@ CHROMIUM   := /usr/bin/chromium
 SITE_DIR   := site
 # Material 9.7+ prints an end-of-life banner on every build; the pins are deliberate.
 export NO_MKDOCS_2_WARNING := 1
+# make serve RECORDS=DIR (or build): a folder of your own records, shown beside the book's.
+RECORDS ?=
+LAB_ENV := $(if $(strip $(RECORDS)),LAB_EXTRA_RECORDS="$(abspath $(RECORDS))")
 
 .PHONY: help setup serve build test clean distclean
 
 help:
 	@echo "make serve   build and serve the site at http://127.0.0.1:8000"
+	@echo "             RECORDS=DIR: your records (examples.lab run --out DIR) beside the book's"
 	@echo "make test    set up, install Chromium, build the site, run every test"
 	@echo "make build   build the site into $(SITE_DIR)/ (strict)"
 	@echo "make clean   remove the built site; make distclean also .venv/ and node_modules/"
@@ -63,10 +68,10 @@ $(CHROMIUM):
 	@test -x $@ || { echo "error: apt-get installed chromium but $@ is not there" >&2; exit 1; }
 
 serve: setup
-	$(BIN)/mkdocs serve -a 127.0.0.1:8000
+	$(LAB_ENV) $(BIN)/mkdocs serve -a 127.0.0.1:8000
 
 build: setup
-	$(BIN)/mkdocs build --strict -d $(SITE_DIR)
+	$(LAB_ENV) $(BIN)/mkdocs build --strict -d $(SITE_DIR)
 
 test: setup $(CHROMIUM) build
 	@status=0; $(BIN)/python -m pytest $(PYTEST_ARGS) || status=$$?; \

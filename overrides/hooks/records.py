@@ -194,8 +194,12 @@ def _claim(req: shortcodes.ClaimRequest, code: shortcodes.Shortcode, page: Page)
     state.claims.append(result)
     if not result.verdicts:
         log.warning("%s: claim '%s' has no GPU record to check it against", src, req.describe())
+    readers = {e.site_uri for e in entries if e.root.index > 0}
     for v in result.violated:
-        log.warning("%s: claim '%s' is VIOLATED on %s: measured %s, bound %s %g (record %s)", src,
-                    req.describe(), v.machine, format_quantity(v.worst, v.unit), req.op, req.bound, v.record)
+        # The book's records must keep the book's claims; a reader's GPU that does not is
+        # a finding shown on the badge (and in claims.json), not a broken build.
+        report = log.info if v.record in readers else log.warning
+        report("%s: claim '%s' is VIOLATED on %s: measured %s, bound %s %g (record %s)", src,
+               req.describe(), v.machine, format_quantity(v.worst, v.unit), req.op, req.bound, v.record)
     _note_stale(page, entries)
     return render.claim(result, {e.site_uri: e.short_label for e in entries})
