@@ -43,6 +43,18 @@ def ring_allreduce_seconds(
 # --8<-- [end:model]
 
 
+def ring_bound(
+    *, gpus: int, nbytes: float, bandwidth: float, latency: float = 0.0
+) -> str | None:
+    """Which term of the model is larger: "latency" or "bandwidth" (None: one GPU)."""
+    if gpus == 1:
+        return None
+    steps = 2 * (gpus - 1)
+    lat = steps * latency
+    bw = steps / gpus * nbytes / bandwidth
+    return "latency" if lat > bw else "bandwidth"
+
+
 # --8<-- [start:busbw]
 #: nccl-tests' factor from algorithm bandwidth (S/t) to bus bandwidth.
 BUS_FACTOR = {
@@ -154,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
             bus_bandwidth("all_reduce", gpus=args.gpus, algbw=algbw)
             if seconds else None
         ),
+        "bound": ring_bound(gpus=args.gpus, nbytes=args.bytes,
+                            bandwidth=args.bandwidth, latency=args.latency),
     }
     if args.json:
         emit_json(json.dumps(result) + "\n", args.json)

@@ -55,6 +55,11 @@ def launch_budget(
 # --8<-- [end:model]
 
 
+def verdict(b: LaunchBudget) -> str:
+    """``"over budget"`` when the launches alone take a token's whole time."""
+    return "over budget" if b.fraction >= 1 else "within budget"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(
         prog="python -m examples.graphs.launch_budget",
@@ -93,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         tokens_per_second=args.tokens_per_second,
     )
     if args.json:
-        emit_json(json.dumps(asdict(result)) + "\n", args.json)
+        out = {**asdict(result), "verdict": verdict(result)}
+        emit_json(json.dumps(out) + "\n", args.json)
         return 0
     print(f"launch overhead per token: {result.overhead_ms:.4g} ms")
     print(f"time budget per token:     {result.budget_ms:.4g} ms")

@@ -9,6 +9,7 @@ roots of ``extra.lab.record_roots`` (and the folders named in the environment va
     <!-- lab:value TOPIC METRIC [machine=SLUG] [stat=median|iqr|q1|q3|n] [key=value ...] -->
     <!-- lab:claim TOPIC METRIC OP BOUND [key=value ...] -->     (OP: >= > <= <)
     <!-- lab:notes TOPIC [keys=a,b] -->                           (what an example observed)
+    <!-- lab:calculator NAME [machine=SLUG] -->                   (a live model; lab_site/calculators.py)
 
 A problem in a page or a record stops the build with the page named; a claim that a GPU
 record contradicts, or that no GPU record can check, is a warning, so ``--strict`` fails.
@@ -36,6 +37,7 @@ from mkdocs.structure.files import File, Files  # noqa: E402
 from mkdocs.structure.pages import Page  # noqa: E402
 
 from lab_site import LabError  # noqa: E402
+from lab_site import calculators  # noqa: E402
 from lab_site import claims as claims_mod  # noqa: E402
 from lab_site import markdown as render  # noqa: E402
 from lab_site import plot as plot_mod  # noqa: E402
@@ -137,6 +139,13 @@ def _link(page: Page):
     return lambda entry: posixpath.relpath(entry.site_uri, base)
 
 
+def _html_link(page: Page):
+    """Links in raw HTML, which MkDocs does not rewrite: relative to the page's URL."""
+    url = page.url
+    base = url.rstrip("/") if url.endswith("/") else posixpath.dirname(url)
+    return lambda entry: posixpath.relpath(entry.site_uri, base or ".")
+
+
 def _note_stale(page: Page, entries: list[store.Entry]) -> None:
     for e in entries:
         key = (page.file.src_uri, e.site_uri)
@@ -160,6 +169,8 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
             entries = state.store.topic(req.topic, state.primary)
             _note_stale(page, entries)
             return render.notes(req, entries, _link(page))
+        if isinstance(req, shortcodes.CalculatorRequest):
+            return calculators.render(req, lambda topic, slug: _entry(page, topic, slug), _html_link(page))
         if isinstance(req, shortcodes.ValueRequest):
             entry = state.store.machine(req.topic, req.machine, state.primary)
             _note_stale(page, [entry])
@@ -167,6 +178,12 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
         return _claim(req, code, page)
     except LabError as exc:
         raise LabError(f"{code.text}: {exc}") from None
+
+
+def _entry(page: Page, topic: str, slug: str | None) -> store.Entry:
+    entry = state.store.machine(topic, slug, state.primary)
+    _note_stale(page, [entry])
+    return entry
 
 
 def _plot(req: shortcodes.PlotRequest, entry: store.Entry, page: Page) -> str:

@@ -140,7 +140,13 @@ class NotesRequest:
     keys: tuple[str, ...] | None = None
 
 
-Request = Union[TableRequest, PlotRequest, ValueRequest, ClaimRequest, NotesRequest]
+@dataclass(frozen=True)
+class CalculatorRequest:
+    name: str
+    machine: str | None = None
+
+
+Request = Union[TableRequest, PlotRequest, ValueRequest, ClaimRequest, NotesRequest, CalculatorRequest]
 
 
 def _positional(code: Shortcode, names: tuple[str, ...]) -> tuple[str, ...]:
@@ -232,15 +238,24 @@ def _claim(code: Shortcode) -> ClaimRequest:
     return ClaimRequest(topic, metric, op, float(bound), code.options)
 
 
+def _calculator(code: Shortcode) -> CalculatorRequest:
+    (name,) = _positional(code, ("name",))
+    own, rest = _split(code, ("machine",))
+    if rest:
+        raise ShortcodeError(f"lab:calculator takes only machine=, not {', '.join(rest)}")
+    return CalculatorRequest(name, _text(code, own, "machine", required=False))
+
+
 BUILDERS: dict[str, Callable[[Shortcode], Request]] = {
     "table": _table,
     "plot": _plot,
     "value": _value,
     "claim": _claim,
     "notes": _notes,
+    "calculator": _calculator,
 }
 #: Shortcodes that produce blocks (tabs) and so must stand alone on their line.
-BLOCK = {"table", "plot", "notes"}
+BLOCK = {"table", "plot", "notes", "calculator"}
 
 
 def request(code: Shortcode) -> Request:

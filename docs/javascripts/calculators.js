@@ -1,0 +1,168 @@
+// Live calculators: the book's models, recomputed as the reader types.
+//
+// The records hook (overrides/hooks/lab_site/calculators.py) writes each widget as a
+// form pre-filled from the records of the book's GPU; this file does the arithmetic,
+// in the same order of operations as the Python examples it mirrors, so the two agree
+// to the last bits (tests/test_calculators.py checks them on shared inputs):
+//
+//   launch_budget    examples/graphs/launch_budget.py
+//   dispatch_budget  examples/dispatch/budget.py
+//   roofline         examples/stack/roofline_model.py
+//   ring_allreduce   examples/collectives/ring_model.py
+//
+// Each widget keeps its raw results in data-value attributes (full precision) and
+// shows them rounded. Bad input shows one message under the form, never NaN.
+(function () {
+  "use strict"
+
+  const MODELS = {
+    launch_budget(v) {
+      const overhead_ms = v.layers * v.kernels_per_layer * v.launch_us / 1e3
+      const budget_ms = 1e3 / v.tokens_per_second
+      const fraction = overhead_ms / budget_ms
+      return { overhead_ms, budget_ms, fraction, verdict: fraction >= 1 ? "over budget" : "within budget" }
+    },
+    dispatch_budget(v) {
+      const cpu = v.ops * v.cpu_us / 1e3
+      const gpu = v.ops * v.gpu_us / 1e3
+      const fused = Math.max(cpu / v.fusion, gpu)
+      const graph = v.ops * Math.max(v.gpu_us, v.graph_us) / 1e3 + v.cpu_us / 1e3
+      return {
+        cpu_ms: cpu, gpu_ms: gpu, bound: cpu > gpu ? "CPU" : "GPU", step_ms: Math.max(cpu, gpu),
+        fused_step_ms: fused, graph_step_ms: graph,
+      }
+    },
+    roofline(v) {
+      const intensity = v.flops / v.bytes
+      const ridge = v.peak_tflops * 1e12 / (v.bandwidth_gbs * 1e9)
+      const attainable_tflops = Math.min(v.peak_tflops, intensity * v.bandwidth_gbs / 1e3)
+      const time_us = Math.max(v.flops / (v.peak_tflops * 1e12), v.bytes / (v.bandwidth_gbs * 1e9)) * 1e6
+      return { intensity, ridge, attainable_tflops, time_us, bound: intensity < ridge ? "memory" : "compute" }
+    },
+    ring_allreduce(v) {
+      // The command line takes 1000MB, 600GB/s, 80us: the same scalings as here.
+      const p = v.gpus
+      const nbytes = v.mbytes * 1e6
+      const bandwidth = v.bandwidth_gbs * 1e9
+      const latency = v.latency_us * 1e-6
+      if (p === 1) {
+        return { seconds: 0, algbw_bytes_per_s: null, busbw_bytes_per_s: null, bound: "none" }
+      }
+      const steps = 2 * (p - 1)
+      const seconds = steps * latency + steps / p * nbytes / bandwidth
+      const algbw = nbytes / seconds
+      const lat = steps * latency
+      const bw = steps / p * nbytes / bandwidth
+      return {
+        seconds, algbw_bytes_per_s: algbw, busbw_bytes_per_s: algbw * (2 * (p - 1) / p),
+        bound: lat > bw ? "latency" : "bandwidth",
+      }
+    },
+  }
+
+  const INTEGER = /^[+-]?\d+$/
+  const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i
+
+  // The value of one input, or a message saying what is wrong with it.
+  function parse(input) {
+    const label = input.closest(".lab-calc__field").querySelector(".lab-calc__label").textContent
+    const text = input.value.trim()
+    const kind = input.dataset.kind
+    const min = Number(input.dataset.min)
+    const strict = input.dataset.strict === "true"
+    const rule = strict ? `greater than ${min}` : `at least ${min}`
+    if (text === "") return { error: `${label}: enter a number` }
+    if (!(kind === "int" ? INTEGER : DECIMAL).test(text)) {
+      return { error: `${label}: “${text}” is not ${kind === "int" ? "a whole number" : "a number"}` }
+    }
+    const value = Number(text)
+    if (!Number.isFinite(value)) return { error: `${label}: “${text}” is too large` }
+    if (strict ? !(value > min) : !(value >= min)) return { error: `${label}: must be ${rule}` }
+    return { value }
+  }
+
+  function format(x) {
+    if (x === 0) return "0"
+    const a = Math.abs(x)
+    if (a >= 1e6 || a < 1e-3) {
+      const [m, e] = x.toExponential(2).split("e")
+      return `${m} × 10${e.replace("+", "").replace(/-/g, "⁻").replace(/\d/g, d => "⁰¹²³⁴⁵⁶⁷⁸⁹"[d])}`
+    }
+    return Number(x.toPrecision(3)).toLocaleString("en-US", { maximumFractionDigits: 6 })
+  }
+
+  function show(output, raw) {
+    if (raw === null) {
+      output.dataset.value = "null"
+      output.textContent = "—"
+      return
+    }
+    output.dataset.value = String(raw)
+    if (output.dataset.percent === "true") {
+      output.textContent = `${format(raw * 100)}%`
+      return
+    }
+    const unit = output.dataset.unit
+    output.textContent = `${format(raw / Number(output.dataset.scale))}${unit ? "\u00a0" + unit : ""}`
+  }
+
+  function clear(widget) {
+    for (const output of widget.querySelectorAll("output[data-key]")) {
+      delete output.dataset.value
+      output.textContent = "—"
+    }
+  }
+
+  function update(widget) {
+    const model = MODELS[widget.dataset.labCalculator]
+    const error = widget.querySelector(".lab-calc__error")
+    const values = {}
+    const problems = []
+    for (const input of widget.querySelectorAll("input[name]")) {
+      const parsed = parse(input)
+      input.setAttribute("aria-invalid", parsed.error ? "true" : "false")
+      if (parsed.error) problems.push(parsed.error)
+      else values[input.name] = parsed.value
+    }
+    let result = null
+    if (!problems.length) {
+      result = model(values)
+      const bad = Object.entries(result).find(([, x]) => typeof x === "number" && !Number.isFinite(x))
+      if (bad) {
+        problems.push("These inputs give a result too large to compute: try smaller numbers.")
+        result = null
+      }
+    }
+    widget.dataset.state = result ? "ok" : "error"
+    if (!result) {
+      error.textContent = problems.join(" · ")
+      error.hidden = false
+      clear(widget)
+      return
+    }
+    error.hidden = true
+    error.textContent = ""
+    for (const output of widget.querySelectorAll(".lab-calc__outputs output[data-key]")) {
+      show(output, result[output.dataset.key])
+    }
+    const bound = widget.querySelector(".lab-calc__bound output")
+    const label = result[widget.dataset.labelKey]
+    bound.dataset.value = label
+    bound.textContent = bound.getAttribute(`data-label-${label.replace(/ /g, "-")}`) || label
+  }
+
+  function setup(root) {
+    for (const widget of root.querySelectorAll("[data-lab-calculator]")) {
+      if (widget.dataset.ready || !MODELS[widget.dataset.labCalculator]) continue
+      widget.dataset.ready = "true"
+      const form = widget.querySelector("form")
+      form.addEventListener("submit", event => event.preventDefault())
+      form.addEventListener("input", () => update(widget))
+      update(widget)
+    }
+  }
+
+  if (typeof document$ !== "undefined") document$.subscribe(({ body }) => setup(body))
+  else if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", () => setup(document))
+  else setup(document)
+})()

@@ -1,0 +1,261 @@
+"""Live calculators: the book's models as small forms that recompute as the reader types.
+
+``<!-- lab:calculator NAME [machine=SLUG] -->`` stands alone on its line and becomes a
+form whose inputs are pre-filled from the committed records of the book's GPU (the
+inputs this module ties to a record) or from the example's own ``EXAMPLE_ARGV`` (the
+stated inputs the page works through). ``docs/javascripts/calculators.js`` does the
+arithmetic in the browser, the same as the Python example; ``tests/test_calculators.py``
+feeds both the same inputs and requires the same results.
+
+A measured input is rounded to three significant figures, as ``lab:value`` shows it,
+and links to the record it came from.
+"""
+from __future__ import annotations
+
+import html
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from lab_site import LabError
+from lab_site.fmt import format_quantity, run_date
+from lab_site.shortcodes import CalculatorRequest, Scalar
+from lab_site.store import Entry, metric, select, stat
+
+SIG = 3  # significant figures of a measured input, as lab:value shows them
+
+
+@dataclass(frozen=True)
+class Source:
+    """The record figure an input starts from: TOPIC METRIC on the row with ``where``."""
+
+    topic: str
+    metric: str
+    where: dict[str, Scalar]
+    case_key: bool = False  # True: ``metric`` names a key of the row's case (a whole number)
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str  # the key the browser code reads
+    flag: str  # the example's command-line option
+    label: str
+    unit: str  # the unit the reader types in ("" for a count)
+    kind: str = "float"  # "int" or "float"
+    minimum: float = 0
+    strict: bool = True  # True: greater than minimum; False: at least minimum
+    suffix: str = ""  # appended to the number on the command line (ring_model wants units)
+    source: Source | None = None  # None: the example's EXAMPLE_ARGV gives the start value
+    from_argv: Callable[[str], float] | None = None  # EXAMPLE_ARGV text -> value in ``unit``
+
+
+@dataclass(frozen=True)
+class Output:
+    key: str  # key in the example's --json output
+    label: str
+    unit: str
+    scale: float = 1.0  # shown value = raw value / scale
+    percent: bool = False
+
+
+@dataclass(frozen=True)
+class Calculator:
+    name: str
+    module: str
+    title: str
+    fields: tuple[Field, ...]
+    outputs: tuple[Output, ...]
+    label_key: str  # the JSON key of the verdict (the bound)
+    labels: dict[str, str] = field(default_factory=dict)  # verdict value -> words shown
+
+    def argv(self, values: dict[str, str]) -> list[str]:
+        """The example's command line for the inputs ``values`` (as typed)."""
+        out: list[str] = []
+        for f in self.fields:
+            out += [f.flag, f"{values[f.name]}{f.suffix}"]
+        return out
+
+
+def _ring_bytes(text: str) -> float:
+    from examples.collectives.ring_model import parse_bytes
+
+    return parse_bytes(text) / 1e6
+
+
+CALCULATORS: dict[str, Calculator] = {
+    c.name: c
+    for c in (
+        Calculator(
+            "launch_budget", "examples.graphs.launch_budget", "Launch-overhead budget",
+            fields=(
+                Field("layers", "--layers", "Layers per token", "", kind="int"),
+                Field("kernels_per_layer", "--kernels-per-layer", "Kernels per layer", "", kind="int"),
+                Field("launch_us", "--launch-us", "CPU cost of one launch", "µs",
+                      source=Source("graphs.launch_cost", "per_kernel", {"kernels": 1024, "mode": "eager"})),
+                Field("tokens_per_second", "--tokens-per-second", "Target rate", "tokens/s"),
+            ),
+            outputs=(
+                Output("overhead_ms", "Launch overhead per token", "ms"),
+                Output("budget_ms", "Time budget per token", "ms"),
+                Output("fraction", "Share of the budget spent launching", "%", percent=True),
+            ),
+            label_key="verdict",
+            labels={"over budget": "Over budget: the launches alone take longer than a token may",
+                    "within budget": "Within budget: the launches fit in a token's time"},
+        ),
+        Calculator(
+            "dispatch_budget", "examples.dispatch.budget", "CPU-dispatch budget",
+            fields=(
+                Field("ops", "--ops", "Ops per step", "", kind="int"),
+                Field("cpu_us", "--cpu-us", "CPU cost of one op", "µs",
+                      source=Source("dispatch.op_cost", "per_op", {"device": "cuda", "mode": "plain"})),
+                Field("gpu_us", "--gpu-us", "GPU time of one op", "µs", strict=False),
+                Field("fusion", "--fusion", "Ops fused into one", "", minimum=1, strict=False),
+                Field("graph_us", "--graph-us", "GPU cost per kernel in a graph", "µs", strict=False,
+                      source=Source("graphs.launch_cost", "per_kernel", {"kernels": 1024, "mode": "graph"})),
+            ),
+            outputs=(
+                Output("cpu_ms", "CPU issues the step in", "ms"),
+                Output("gpu_ms", "GPU runs the step in", "ms"),
+                Output("step_ms", "Step", "ms"),
+                Output("fused_step_ms", "Step with fusion", "ms"),
+                Output("graph_step_ms", "Step as one CUDA graph", "ms"),
+            ),
+            label_key="bound",
+            labels={"CPU": "CPU-bound: faster kernels would not help", "GPU": "GPU-bound: the CPU keeps ahead"},
+        ),
+        Calculator(
+            "roofline", "examples.stack.roofline_model", "Roofline",
+            fields=(
+                Field("flops", "--flops", "Work of one call", "FLOP"),
+                Field("bytes", "--bytes", "Memory traffic of one call", "B"),
+                Field("peak_tflops", "--peak-tflops", "Arithmetic roof", "TFLOP/s",
+                      source=Source("stack.roofline", "rate", {"op": "ridge"})),
+                Field("bandwidth_gbs", "--bandwidth-gbs", "Memory roof", "GB/s",
+                      source=Source("stack.roofline", "bandwidth", {"op": "ridge"})),
+            ),
+            outputs=(
+                Output("intensity", "Arithmetic intensity", "FLOP/B"),
+                Output("ridge", "Ridge point", "FLOP/B"),
+                Output("attainable_tflops", "Attainable rate", "TFLOP/s"),
+                Output("time_us", "Floor: no version runs faster than", "µs"),
+            ),
+            label_key="bound",
+            labels={"memory": "Memory-bound: below the ridge, bandwidth sets the pace",
+                    "compute": "Compute-bound: at or above the ridge, arithmetic sets the pace"},
+        ),
+        Calculator(
+            "ring_allreduce", "examples.collectives.ring_model", "Ring all-reduce",
+            fields=(
+                Field("gpus", "--gpus", "GPUs in the ring", "", kind="int", minimum=1, strict=False,
+                      source=Source("collectives.ring_allreduce", "gpus", {"part": "link", "bytes": 1073741824},
+                                    case_key=True)),
+                Field("mbytes", "--bytes", "Message on each GPU", "MB", suffix="MB", from_argv=_ring_bytes),
+                Field("bandwidth_gbs", "--bandwidth", "Link bandwidth, one way", "GB/s", suffix="GB/s",
+                      source=Source("collectives.ring_allreduce", "bandwidth", {"part": "link", "bytes": 1073741824})),
+                Field("latency_us", "--latency", "Latency of one ring step", "µs", strict=False, suffix="us",
+                      source=Source("collectives.ring_allreduce", "time", {"part": "link", "bytes": 4})),
+            ),
+            outputs=(
+                Output("seconds", "Predicted all-reduce time", "ms", scale=1e-3),
+                Output("algbw_bytes_per_s", "Algorithm bandwidth", "GB/s", scale=1e9),
+                Output("busbw_bytes_per_s", "Bus bandwidth", "GB/s", scale=1e9),
+            ),
+            label_key="bound",
+            labels={"latency": "Latency-bound: the per-step cost outweighs moving the bytes",
+                    "bandwidth": "Bandwidth-bound: moving the bytes outweighs the per-step cost",
+                    "none": "One GPU: nothing to exchange"},
+        ),
+    )
+}
+
+
+def argv_defaults(calc: Calculator) -> dict[str, str]:
+    """The start values of the inputs that no record fills, from the example's EXAMPLE_ARGV."""
+    argv = importlib.import_module(calc.module).EXAMPLE_ARGV
+    given = dict(zip(argv[::2], argv[1::2]))
+    out = {}
+    for f in calc.fields:
+        if f.source is None:
+            if f.flag not in given:
+                raise LabError(f"calculator {calc.name}: {calc.module}.EXAMPLE_ARGV has no {f.flag}")
+            text = given[f.flag]
+            out[f.name] = _plain(f.from_argv(text)) if f.from_argv else text
+    return out
+
+
+def _plain(value: float) -> str:
+    """A number as a reader types it: ``1000.0 -> '1000'``, ``14.6 -> '14.6'``."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+# -- rendering --------------------------------------------------------------------------
+
+def _measured(calc: Calculator, f: Field, entry: Entry) -> tuple[str, str]:
+    """The start value of a record-filled input, and the title that says where it comes from."""
+    src = f.source
+    rows = select(entry, src.where)
+    if len(rows) != 1:
+        raise LabError(f"calculator {calc.name}: {f.name}: the filters select {len(rows)} rows of {src.topic}")
+    where = " ".join(f"{k}={v}" for k, v in src.where.items())
+    if src.case_key:
+        value = rows[0].case.get(src.metric)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise LabError(f"calculator {calc.name}: {f.name}: the row's case has no whole {src.metric!r}")
+        return str(value), f"{entry.label} ({entry.slug}) · {src.topic} {where}: {src.metric} = {value}"
+    m = metric(entry, rows[0], src.metric)
+    if m.unit.replace("us", "µs") != f.unit:
+        raise LabError(f"calculator {calc.name}: {f.name} is in {f.unit}, the record's {src.metric} in {m.unit}")
+    x = stat(m, "median")
+    value = float(f"{x:.{SIG}g}")
+    text = _plain(value)
+    title = (f"{entry.label} ({entry.slug}) · {src.topic} {src.metric} {where} · "
+             f"median {format_quantity(x, m.unit)} · run {run_date(entry.record.run.date)}")
+    if entry.stale:
+        title += " · measured on an earlier version of this code"
+    return text, title
+
+
+def render(req: CalculatorRequest, entry_of: Callable[[str, str | None], Entry],
+           link: Callable[[Entry], str]) -> str:
+    calc = CALCULATORS.get(req.name)
+    if calc is None:
+        raise LabError(f"unknown calculator {req.name!r} (known: {', '.join(sorted(CALCULATORS))})")
+    defaults = argv_defaults(calc)
+    esc = lambda s: html.escape(str(s), quote=True)  # noqa: E731
+    parts = [f'<div class="lab-calc" data-lab-calculator="{esc(calc.name)}" '
+             f'data-label-key="{esc(calc.label_key)}">',
+             f'<p class="lab-calc__title">Try it: {esc(calc.title)}</p>',
+             '<form class="lab-calc__inputs" autocomplete="off">']
+    for f in calc.fields:
+        source_html = ""
+        if f.source is None:
+            value = defaults[f.name]
+        else:
+            entry = entry_of(f.source.topic, req.machine)
+            value, title = _measured(calc, f, entry)
+            source_html = (f'<a class="lab-calc__source" href="{esc(link(entry))}" title="{esc(title)}">'
+                           f'measured: {esc(entry.short_label)}</a>')
+        inputmode = "numeric" if f.kind == "int" else "decimal"
+        unit = f'<span class="lab-calc__unit">{esc(f.unit)}</span>' if f.unit else ""
+        parts.append(
+            f'<label class="lab-calc__field"><span class="lab-calc__label">{esc(f.label)}</span>'
+            f'<span class="lab-calc__entry"><input type="text" inputmode="{inputmode}" spellcheck="false" '
+            f'name="{esc(f.name)}" value="{esc(value)}" data-default="{esc(value)}" data-kind="{f.kind}" '
+            f'data-min="{f.minimum:g}" data-strict="{str(f.strict).lower()}" data-flag="{esc(f.flag)}">'
+            f'{unit}</span>{source_html}</label>')
+    parts.append('</form>')
+    parts.append('<p class="lab-calc__error" role="alert" hidden></p>')
+    parts.append('<dl class="lab-calc__outputs">')
+    for o in calc.outputs:
+        parts.append(
+            f'<div class="lab-calc__result"><dt>{esc(o.label)}</dt><dd><output data-key="{esc(o.key)}" '
+            f'data-scale="{o.scale:g}" data-unit="{esc(o.unit)}" data-percent="{str(o.percent).lower()}">'
+            f'—</output></dd></div>')
+    parts.append('</dl>')
+    labels = " ".join(f'data-label-{esc(k.replace(" ", "-"))}="{esc(v)}"' for k, v in calc.labels.items())
+    parts.append(f'<p class="lab-calc__bound"><output data-key="{esc(calc.label_key)}" {labels}>—</output></p>')
+    parts.append('<noscript><p>This calculator needs JavaScript; the example named on this page runs '
+                 'the same model from the command line.</p></noscript>')
+    parts.append('</div>')
+    return "\n".join(parts)

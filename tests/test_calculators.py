@@ -1,0 +1,286 @@
+"""The live calculators: the widgets against their Python examples.
+
+``<!-- lab:calculator NAME -->`` (``overrides/hooks/lab_site/calculators.py``) writes a
+form pre-filled from the records; ``docs/javascripts/calculators.js`` computes in the
+browser. The unit tests check the form the hook writes (start values from the records
+and from each example's ``EXAMPLE_ARGV``, its command line, its errors). The browser
+tests type the same inputs into each widget, in Chromium on the built site, and into
+its Python example (``--json``), and require the same numbers (relative 1e-9) and the
+same bound; bad input must show a message under the form and no NaN.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import importlib
+import json
+import math
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+for path in (REPO, REPO / "overrides" / "hooks"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from examples.lab.records import load_record  # noqa: E402
+from lab_site import LabError, calculators, shortcodes, store  # noqa: E402
+
+RECORDS = REPO / "docs" / "records"
+PRIMARY = "nvidia-h200"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update"]
+PAGES = {"launch_budget": "cuda-graphs", "dispatch_budget": "dispatcher",
+         "roofline": "stack", "ring_allreduce": "collectives"}
+
+
+def python_result(name: str, values: dict[str, str], tmp_path: Path) -> dict:
+    """What the Python example answers for the inputs ``values`` (as typed)."""
+    calc = calculators.CALCULATORS[name]
+    out = tmp_path / f"{name}.json"
+    module = importlib.import_module(calc.module)
+    assert module.main([*calc.argv(values), "--json", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def render(name: str, machine: str | None = None) -> str:
+    roots = store.roots_from(REPO, REPO / "docs", ["docs/records"], None)
+    loaded = store.load(roots, REPO)
+    return calculators.render(
+        shortcodes.CalculatorRequest(name, machine),
+        lambda topic, slug: loaded.machine(topic, slug, PRIMARY),
+        lambda entry: "../" + entry.site_uri,
+    )
+
+
+def start_values(html: str) -> dict[str, str]:
+    return dict(re.findall(r'name="(\w+)" value="([^"]*)"', html))
+
+
+# -- the form the hook writes ------------------------------------------------------------
+
+def test_every_calculator_is_on_its_page():
+    for name, page in PAGES.items():
+        text = (REPO / "docs" / f"{page}.md").read_text(encoding="utf-8")
+        assert text.count(f"<!-- lab:calculator {name} -->") == 1, page
+    assert set(PAGES) == set(calculators.CALCULATORS)
+
+
+@pytest.mark.parametrize("name", sorted(calculators.CALCULATORS))
+def test_measured_inputs_come_from_the_records(name):
+    calc = calculators.CALCULATORS[name]
+    values = start_values(render(name))
+    assert set(values) == {f.name for f in calc.fields}
+    measured = [f for f in calc.fields if f.source]
+    assert measured, f"{name} has no input taken from a record"
+    for f in measured:
+        record = load_record(RECORDS / PRIMARY / f"{f.source.topic}.json")
+        (row,) = [r for r in record.results if all(r.case.get(k) == v for k, v in f.source.where.items())]
+        expected = row.case[f.source.metric] if f.source.case_key else row.metrics[f.source.metric].median
+        assert float(values[f.name]) == pytest.approx(expected, rel=5e-3), f.name
+        assert float(values[f.name]) != 0
+
+
+@pytest.mark.parametrize("name", sorted(calculators.CALCULATORS))
+def test_stated_inputs_come_from_example_argv(name, tmp_path):
+    """The inputs no record fills start where the example's EXAMPLE_ARGV does."""
+    calc = calculators.CALCULATORS[name]
+    module = importlib.import_module(calc.module)
+    given = dict(zip(module.EXAMPLE_ARGV[::2], module.EXAMPLE_ARGV[1::2]))
+    values = start_values(render(name))
+    for f in calc.fields:
+        if f.source is None:
+            typed = f"{values[f.name]}{f.suffix}"
+            assert f.flag in given
+            if f.from_argv is None:
+                assert typed == given[f.flag]
+            else:  # a unit the widget converts: the same quantity
+                assert f.from_argv(typed) == pytest.approx(f.from_argv(given[f.flag]), rel=1e-12)
+    result = python_result(name, values, tmp_path)
+    assert {o.key for o in calc.outputs} | {calc.label_key} <= set(result)
+
+
+def test_shortcode_errors():
+    code = shortcodes.parse_text("<!-- lab:calculator roofline -->")
+    assert shortcodes.request(code) == shortcodes.CalculatorRequest("roofline")
+    assert "calculator" in shortcodes.BLOCK
+    with pytest.raises(shortcodes.ShortcodeError, match="only machine="):
+        shortcodes.request(shortcodes.parse_text("<!-- lab:calculator roofline gpus=8 -->"))
+    with pytest.raises(shortcodes.ShortcodeError, match="1 positional"):
+        shortcodes.request(shortcodes.parse_text("<!-- lab:calculator -->"))
+    with pytest.raises(LabError, match="unknown calculator 'rooflin'"):
+        render("rooflin")
+    with pytest.raises(LabError, match="no record of topic"):
+        render("roofline", machine="no-such-gpu")
+
+
+def test_bound_labels_of_the_python_side(tmp_path):
+    from examples.collectives.ring_model import ring_bound
+    from examples.graphs.launch_budget import launch_budget, verdict
+
+    assert ring_bound(gpus=1, nbytes=1e9, bandwidth=1e9) is None
+    assert ring_bound(gpus=8, nbytes=1e9, bandwidth=450e9, latency=5e-6) == "bandwidth"
+    assert ring_bound(gpus=512, nbytes=4096, bandwidth=50e9, latency=5e-6) == "latency"
+    kw = dict(layers=32, kernels_per_layer=8, tokens_per_second=50)
+    assert verdict(launch_budget(launch_us=10, **kw)) == "within budget"
+    assert verdict(launch_budget(launch_us=78.125, **kw)) == "over budget"  # exactly the budget
+
+
+# -- the widgets in a browser ------------------------------------------------------------
+
+#: Inputs typed into each widget and into its example: the page's start values ({}),
+#: then cases on either side of the bound.
+CASES = {
+    "launch_budget": [
+        {},
+        {"layers": "80", "kernels_per_layer": "12", "launch_us": "25.5", "tokens_per_second": "100"},
+        {"layers": "1", "kernels_per_layer": "3", "launch_us": "0.7", "tokens_per_second": "1e3"},
+    ],
+    "dispatch_budget": [
+        {},
+        {"ops": "1200", "cpu_us": "4", "gpu_us": "7.5", "fusion": "2.5", "graph_us": "0"},
+        {"ops": "7", "cpu_us": ".3", "gpu_us": "0", "fusion": "1", "graph_us": "12.25"},
+    ],
+    "roofline": [
+        {},
+        {"flops": "1e9", "bytes": "4e9", "peak_tflops": "989", "bandwidth_gbs": "4800"},
+        {"flops": "3.3e12", "bytes": "17", "peak_tflops": "0.5", "bandwidth_gbs": "1.25"},
+        {"flops": "150", "bytes": "1", "peak_tflops": "989", "bandwidth_gbs": "4800"},  # just under the ridge
+    ],
+    "ring_allreduce": [
+        {},
+        {"gpus": "64", "mbytes": "0.004", "bandwidth_gbs": "50", "latency_us": "5"},
+        {"gpus": "8", "mbytes": "4096", "bandwidth_gbs": "450", "latency_us": "0"},
+        {"gpus": "1", "mbytes": "1000", "bandwidth_gbs": "450", "latency_us": "5"},
+    ],
+}
+
+#: Bad input in one field: the widget says so and shows no number.
+BAD = [
+    ("launch_budget", "layers", "", "enter a number"),
+    ("launch_budget", "layers", "2.5", "not a whole number"),
+    ("dispatch_budget", "cpu_us", "abc", "not a number"),
+    ("dispatch_budget", "fusion", "0.5", "at least 1"),
+    ("roofline", "bytes", "-4", "greater than 0"),
+    ("roofline", "flops", "1e999", "too large"),
+    ("ring_allreduce", "gpus", "0", "at least 1"),
+    ("ring_allreduce", "bandwidth_gbs", "NaN", "not a number"),
+    ("ring_allreduce", "mbytes", "1e303", "too large"),
+]
+
+READ_JS = """(widget) => ({
+  state: widget.dataset.state,
+  error: widget.querySelector(".lab-calc__error").hidden ? null
+         : widget.querySelector(".lab-calc__error").textContent,
+  values: Object.fromEntries([...widget.querySelectorAll("output[data-key]")]
+            .map(o => [o.dataset.key, o.dataset.value === undefined ? undefined : o.dataset.value])),
+  text: [...widget.querySelectorAll(".lab-calc__outputs, .lab-calc__bound")].map(e => e.textContent).join(" "),
+})"""
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("calc-site")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed\n{proc.stdout}{proc.stderr}"
+    return out
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+                      ".js": "text/javascript", ".css": "text/css"}
+
+    def log_message(self, format, *args):  # noqa: A002 - http.server's signature
+        pass
+
+
+@pytest.fixture(scope="module")
+def pages(site):
+    """One open Chromium page per calculator, on the built site served locally."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: 'make test' installs Debian's chromium", pytrace=False)
+    from playwright.sync_api import sync_playwright
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    origin = f"http://127.0.0.1:{httpd.server_address[1]}"
+    errors: list[str] = []
+    try:
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            opened = {}
+            for name, page_name in PAGES.items():
+                page = chromium.new_page()
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+                page.goto(f"{origin}/{page_name}/")
+                page.wait_for_selector(f'[data-lab-calculator="{name}"][data-state="ok"]', timeout=20_000)
+                opened[name] = page
+            yield opened, errors
+            chromium.close()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def widget_result(page, name: str, typed: dict[str, str]) -> dict:
+    widget = page.locator(f'[data-lab-calculator="{name}"]')
+    for field in widget.locator("input[name]").all():  # back to the page's start values
+        field.fill(field.get_attribute("data-default"))
+    for key, text in typed.items():
+        widget.locator(f'input[name="{key}"]').fill(text)
+    return widget.evaluate(READ_JS)
+
+
+def same_number(widget_text, python_value) -> bool:
+    if python_value is None:
+        return widget_text == "null"
+    w = float(widget_text)
+    return math.isclose(w, python_value, rel_tol=1e-9, abs_tol=0 if python_value else 1e-300)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_widget_matches_python(name, pages, tmp_path):
+    opened, errors = pages
+    calc = calculators.CALCULATORS[name]
+    page = opened[name]
+    starts = page.locator(f'[data-lab-calculator="{name}"]').evaluate(
+        "w => Object.fromEntries([...w.querySelectorAll('input[name]')].map(i => [i.name, i.dataset.default]))")
+    labels = set()
+    for typed in CASES[name]:
+        shown = widget_result(page, name, typed)
+        assert shown["state"] == "ok" and shown["error"] is None, (typed, shown)
+        expected = python_result(name, {**starts, **typed}, tmp_path)
+        for o in calc.outputs:
+            assert same_number(shown["values"][o.key], expected[o.key]), (typed, o.key, shown["values"], expected)
+        label = expected[calc.label_key]
+        assert shown["values"][calc.label_key] == ("none" if label is None else label), (typed, shown, expected)
+        labels.add(shown["values"][calc.label_key])
+        assert "NaN" not in shown["text"] and "Infinity" not in shown["text"]
+    assert len(labels) >= 2, f"the cases of {name} never cross its bound: {labels}"
+    assert not errors, errors
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize(("name", "field", "text", "message"), BAD)
+def test_bad_input_shows_a_message(name, field, text, message, pages):
+    opened, errors = pages
+    shown = widget_result(opened[name], name, {field: text})
+    assert shown["state"] == "error"
+    assert shown["error"] and message in shown["error"], shown["error"]
+    assert all(v is None for v in shown["values"].values()), shown["values"]
+    assert "NaN" not in shown["text"] and "Infinity" not in shown["text"]
+    assert not errors, errors
+    # Fixing the input brings the results back.
+    assert widget_result(opened[name], name, {})["state"] == "ok"
