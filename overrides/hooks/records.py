@@ -39,6 +39,7 @@ from mkdocs.structure.pages import Page  # noqa: E402
 from lab_site import LabError  # noqa: E402
 from lab_site import calculators  # noqa: E402
 from lab_site import claims as claims_mod  # noqa: E402
+from lab_site import generated  # noqa: E402
 from lab_site import markdown as render  # noqa: E402
 from lab_site import plot as plot_mod  # noqa: E402
 from lab_site import shortcodes, store  # noqa: E402
@@ -106,6 +107,10 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
     src = page.file.src_uri
     try:
+        markdown = generated.expand(markdown, lambda name: generated.render_named(
+            name, store=state.store, primary=state.primary, nav=config.nav or [],
+            docs_dir=Path(config.docs_dir), glossary_path=state.config_dir / "snippets" / "glossary.md",
+            page_src=src))
         return shortcodes.expand(markdown, lambda req, code: _render(req, code, page))
     except LabError as exc:
         raise PluginError(f"{src}: {exc}") from None
