@@ -1,0 +1,116 @@
+"""The chapters' notebooks: generated from the examples, executed on the CPU, on the site.
+
+``overrides/hooks/notebooks.py`` writes one notebook per chapter package at build
+time. Here every notebook is generated afresh and run top to bottom in a Jupyter
+kernel (nbclient) with no GPU visible, as a reader without a GPU would run it; and
+the built site has a page and a download per notebook, linked from its chapter,
+with nothing loaded from another host.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "overrides" / "hooks"))
+
+import notebooks  # noqa: E402
+
+CHAPTERS = notebooks.chapters()
+CELL_TIMEOUT_S = 300
+#: Kernels at a time: much of a run is waiting (kernel start-up, Chapter 6's gloo processes).
+WORKERS = 4
+
+
+def test_every_chapter_and_example_is_in_a_notebook():
+    packages = sorted(p.parent.name for p in (REPO / "examples").glob("*/__init__.py")
+                      if p.parent.name not in notebooks.NOT_CHAPTERS)
+    assert sorted(c.package for c in CHAPTERS) == packages
+    assert [c.number for c in CHAPTERS] == sorted(c.number for c in CHAPTERS)
+    for chapter in CHAPTERS:
+        nb = notebooks.notebook(chapter)
+        nbformat.validate(nb)
+        assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith(
+            f"# Chapter {chapter.number}:")
+        code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+        expected = sorted(p.stem for p in (REPO / "examples" / chapter.package).glob("*.py")
+                          if not p.name.startswith("_"))
+        ran = sorted(re.findall(rf"^from examples\.{chapter.package} import (\w+)$", code, re.M))
+        assert ran == expected, f"{chapter.package}: the notebook runs {ran}, the package has {expected}"
+        for cell in nb.cells[2:]:  # each example: its docstring, then the cell that runs it
+            if cell.cell_type == "code":
+                ast.parse(cell.source)
+
+
+def test_generation_is_deterministic(tmp_path):
+    first = notebooks.write_all(tmp_path / "a")
+    second = notebooks.write_all(tmp_path / "b")
+    assert {k: p.read_bytes() for k, p in first.items()} == {k: p.read_bytes() for k, p in second.items()}
+
+
+def test_a_failing_example_fails_its_notebook(tmp_path):
+    """The ``run`` helper raises on a non-zero exit, so a failing example cannot pass unseen."""
+    ns: dict = {}
+    exec(notebooks.RUN, ns)
+    failing = type("M", (), {"__name__": "examples.x.failing", "main": staticmethod(lambda argv: 2)})
+    with pytest.raises(RuntimeError, match="exited with 2"):
+        ns["run"](failing, ["--quick"])
+
+
+def _execute(path: Path) -> tuple[str, str | None]:
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                            resources={"metadata": {"path": str(REPO)}})
+    try:
+        client.execute()
+    except CellExecutionError as error:
+        return path.stem, str(error)[-3000:]
+    return path.stem, None
+
+
+def test_every_notebook_runs_top_to_bottom_on_the_cpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the kernels inherit it: no GPU, anywhere
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the notebook sets it itself
+    monkeypatch.delenv("PYTHONWARNINGS", raising=False)
+    paths = notebooks.write_all(tmp_path)
+    with ThreadPoolExecutor(WORKERS) as pool:
+        results = list(pool.map(_execute, sorted(paths.values())))
+    failed = {name: error for name, error in results if error}
+    assert not failed, "\n\n".join(f"{name}.ipynb failed:\n{error}" for name, error in failed.items())
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+EXTERNAL = re.compile(r'<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)="(?:https?:)?//', re.I)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.package)
+def test_the_site_renders_and_links_each_notebook(chapter, site):
+    page = site / "notebooks" / chapter.package / "index.html"
+    html = page.read_text("utf-8")
+    assert "jupyter-wrapper" in html, f"{page} was not rendered by mkdocs-jupyter"
+    assert not EXTERNAL.findall(html), f"{page} loads from another host: {EXTERNAL.findall(html)}"
+    download = site / "notebooks" / chapter.package / f"{chapter.package}.ipynb"
+    assert nbformat.reads(download.read_text("utf-8"), as_version=4) == notebooks.notebook(chapter)
+    linked = [p for p in site.glob("*/index.html")
+              if f'href="../notebooks/{chapter.package}/{chapter.package}.ipynb" download' in p.read_text("utf-8")]
+    assert len(linked) == 1, f"{chapter.package}.ipynb is linked from {linked}, expected one chapter page"
