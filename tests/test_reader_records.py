@@ -59,6 +59,18 @@ def test_each_figure_of_the_topic_gains_a_tab_for_the_readers_machine(reader_sit
     assert f'href="../{served}"' in page
 
 
+def test_appendix_a_lists_the_readers_records_with_their_provenance(reader_site):
+    records, site = reader_site
+    (record,) = records.glob(f"*/{TOPIC}.json")
+    run = json.loads(record.read_text())["run"]
+    page = (site / "appendix-records/index.html").read_text(encoding="utf-8")
+    heading = f'<h3 id="{TOPIC.replace(".", "")}">'
+    assert heading in page
+    section = html.unescape(re.sub(r"<[^>]+>", "", page.split(heading, 1)[1].split("<h3 ", 1)[0]))
+    assert f"· {records.name}" in section and BOOK_GPU in section
+    assert run["command"] in section and "quick sizes" in section
+
+
 def test_the_default_build_has_no_reader_tab(reader_site):
     records, site = reader_site
     proc = build(REPO, site.parent / "plain")

@@ -146,7 +146,15 @@ class CalculatorRequest:
     machine: str | None = None
 
 
-Request = Union[TableRequest, PlotRequest, ValueRequest, ClaimRequest, NotesRequest, CalculatorRequest]
+@dataclass(frozen=True)
+class GeneratedRequest:
+    """A section generated from all the records or the glossary (``lab_site.generated``)."""
+
+    name: str
+
+
+Request = Union[TableRequest, PlotRequest, ValueRequest, ClaimRequest, NotesRequest, CalculatorRequest,
+                GeneratedRequest]
 
 
 def _positional(code: Shortcode, names: tuple[str, ...]) -> tuple[str, ...]:
@@ -246,6 +254,13 @@ def _calculator(code: Shortcode) -> CalculatorRequest:
     return CalculatorRequest(name, _text(code, own, "machine", required=False))
 
 
+def _generated(code: Shortcode) -> GeneratedRequest:
+    (name,) = _positional(code, ("name",))
+    if code.options:
+        raise ShortcodeError(f"lab:generated takes no options, not {', '.join(code.options)}")
+    return GeneratedRequest(name)
+
+
 BUILDERS: dict[str, Callable[[Shortcode], Request]] = {
     "table": _table,
     "plot": _plot,
@@ -253,9 +268,10 @@ BUILDERS: dict[str, Callable[[Shortcode], Request]] = {
     "claim": _claim,
     "notes": _notes,
     "calculator": _calculator,
+    "generated": _generated,  # expanded by lab_site.generated before the others
 }
 #: Shortcodes that produce blocks (tabs) and so must stand alone on their line.
-BLOCK = {"table", "plot", "notes", "calculator"}
+BLOCK = {"table", "plot", "notes", "calculator", "generated"}
 
 
 def request(code: Shortcode) -> Request:
