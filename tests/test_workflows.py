@@ -60,7 +60,7 @@ def test_actionlint_catches_a_broken_workflow(tmp_path):
         "    steps:\n      - run: echo ${{ matrix.nothing }}\n", encoding="utf-8")
     proc = _lint(tmp_path)
     assert proc.returncode != 0
-    assert "tpu" in proc.stdout and "matrix" in proc.stdout, proc.stdout
+    assert "[runner-label]" in proc.stdout and "[expression]" in proc.stdout, proc.stdout
 
 
 def test_tests_workflow_runs_the_readme_test_command():
