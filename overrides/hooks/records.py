@@ -10,6 +10,7 @@ roots of ``extra.lab.record_roots`` (and the folders named in the environment va
     <!-- lab:claim TOPIC METRIC OP BOUND [key=value ...] -->     (OP: >= > <= <)
     <!-- lab:notes TOPIC [keys=a,b] -->                           (what an example observed)
     <!-- lab:calculator NAME [machine=SLUG] -->                   (a live model; lab_site/calculators.py)
+    <!-- lab:generated NAME -->                                   (machines, records, claims, glossary: generated.py)
 
 A problem in a page or a record stops the build with the page named; a claim that a GPU
 record contradicts, or that no GPU record can check, is a warning, so ``--strict`` fails.

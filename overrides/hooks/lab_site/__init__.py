@@ -6,6 +6,7 @@
 - :mod:`.claims`: checking a claim against every GPU record;
 - :mod:`.markdown`: tables, tabs, values and claim badges as Markdown;
 - :mod:`.plot`: SVG line plots that read in the light and the dark palette.
+- :mod:`.generated`: sections made from all the records or the glossary (the appendices).
 
 Everything here raises :class:`LabError` for a problem in a page or a record; the hook
 turns it into a ``PluginError`` that names the page.
