@@ -102,7 +102,8 @@ def test_launch_budget_json(cli):
     lines = proc.stdout.splitlines()
     assert len(lines) == 1, f"--json prints one JSON object\n{cli.explain(proc)}"
     result = json.loads(lines[0])
-    assert set(result) == {"overhead_ms", "budget_ms", "fraction"}
+    assert set(result) == {"overhead_ms", "budget_ms", "fraction", "verdict"}
+    assert result["verdict"] == "within budget"
     assert result["overhead_ms"] == pytest.approx(2.56)
     assert result["budget_ms"] == pytest.approx(20.0)
     assert result["fraction"] == pytest.approx(0.128)

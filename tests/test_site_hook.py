@@ -76,7 +76,7 @@ def test_each_shortcode_becomes_its_request():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("<!-- lab:tabel t.x -->", "unknown shortcode lab:tabel (known: claim, notes, plot, table, value)"),
+    ("<!-- lab:tabel t.x -->", "unknown shortcode lab:tabel (known: calculator, claim, "),
     ("<!-- lab:table -->", "takes 1 positional argument(s) (TOPIC), got 0"),
     ("<!-- lab:table t.x layers=8 extra -->", "positional argument 'extra' after key=value options"),
     ("<!-- lab:table t.x a=1 a=2 -->", "option 'a' given twice"),
