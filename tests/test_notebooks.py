@@ -109,6 +109,7 @@ def test_the_site_renders_and_links_each_notebook(chapter, site):
     html = page.read_text("utf-8")
     assert "jupyter-wrapper" in html, f"{page} was not rendered by mkdocs-jupyter"
     assert not EXTERNAL.findall(html), f"{page} loads from another host: {EXTERNAL.findall(html)}"
+    assert "cdnjs" not in html and "mathjax.js" not in html.lower(), f"{page} names a CDN loader"
     download = site / "notebooks" / chapter.package / f"{chapter.package}.ipynb"
     assert nbformat.reads(download.read_text("utf-8"), as_version=4) == notebooks.notebook(chapter)
     linked = [p for p in site.glob("*/index.html")

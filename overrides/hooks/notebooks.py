@@ -30,6 +30,9 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 NOT_CHAPTERS = {"lab"}
 SITE_DIR = "notebooks"
+#: An inline script of nbconvert's template that imports from a CDN (its Mermaid loader).
+CDN_SCRIPT = re.compile(r"<script\b[^>]*>(?:(?!</script>).)*?https://cdnjs\.cloudflare\.com"
+                        r"(?:(?!</script>).)*?</script>", re.S)
 INCLUDE = re.compile(r'--8<--\s+"examples/(\w+)/')
 
 RUN = '''\
@@ -217,10 +220,11 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
 
 
 def on_post_page(output: str, page, config) -> str:
-    # nbconvert's template loads MathJax from a CDN; the notebooks have no formulas
-    # and the site reads offline, so the loader is dropped.
+    # nbconvert's template loads MathJax and Mermaid from a CDN; the notebooks have no
+    # formulas or diagrams and the site reads offline, so both loaders are dropped.
     if page.file.src_uri.startswith(f"{SITE_DIR}/") and page.file.src_uri.endswith(".ipynb"):
         output = re.sub(r'<!-- Load mathjax -->\s*<script src="[^"]*">\s*</script>', "", output)
+        output = CDN_SCRIPT.sub("", output)
     return output
 
 
