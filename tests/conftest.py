@@ -60,6 +60,19 @@ def cli() -> type[Cli]:
     return Cli
 
 
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory) -> Path:
+    """The book, built once per session with ``--strict``, for every test that reads it."""
+    out = tmp_path_factory.mktemp("site")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed (exit {proc.returncode})\n{proc.stdout}{proc.stderr}"
+    return out
+
+
 def pytest_collection_modifyitems(config, items):
     """``@pytest.mark.needs_cuda``: skipped, with that reason, where torch sees no GPU."""
     marked = [item for item in items if item.get_closest_marker("needs_cuda")]

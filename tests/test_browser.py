@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import functools
 import http.server
-import subprocess
-import sys
 import threading
 from html.parser import HTMLParser
 from pathlib import Path
@@ -37,14 +35,8 @@ RENDER_TIMEOUT_MS = 20_000
 
 # -- the site and its server ------------------------------------------------------
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-    )
-    assert proc.returncode == 0, f"mkdocs build --strict failed (exit {proc.returncode})\n{proc.stdout}{proc.stderr}"
-    return out
+def site(built_site) -> Path:
+    return built_site
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

@@ -38,11 +38,8 @@ def build(cwd: Path, out: Path, **env: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    proc = build(REPO, out)
-    assert proc.returncode == 0, f"mkdocs build --strict failed (exit {proc.returncode})\n{proc.stdout}{proc.stderr}"
-    return out
+def site(built_site) -> Path:
+    return built_site
 
 
 class _Loads(HTMLParser):

@@ -16,7 +16,6 @@ import importlib
 import json
 import math
 import re
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -185,14 +184,8 @@ READ_JS = """(widget) => ({
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("calc-site")
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-    )
-    assert proc.returncode == 0, f"mkdocs build --strict failed\n{proc.stdout}{proc.stderr}"
-    return out
+def site(built_site) -> Path:
+    return built_site
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
