@@ -123,8 +123,8 @@ def measure(lab) -> None:
     dst = torch.empty_like(src)
     roof = {"level": "copy", "part": "roof"}
     copy = lab.time(lambda: dst.copy_(src), case=roof, metric="time")
-    lab.value(case=roof, metric="bandwidth",
-              value=2 * count * itemsize / copy.median / 1e3, unit="GB/s")
+    copy_bandwidth = 2 * count * itemsize / copy.median / 1e3
+    lab.value(case=roof, metric="bandwidth", value=copy_bandwidth, unit="GB/s")
     del src, dst
 
     for level in ("axpy", "gemv", "gemm"):
@@ -141,6 +141,9 @@ def measure(lab) -> None:
                       value=flops / seconds / 1e12, unit="TFLOP/s")
             lab.value(case=case, metric="bandwidth",
                       value=nbytes / seconds / 1e9, unit="GB/s")
+            if level != "gemm":  # memory-bound: how close to this run's copy roof
+                lab.value(case=case, metric="fraction_of_copy",
+                          value=nbytes / seconds / 1e9 / copy_bandwidth, unit="x")
             if n == sizes[-1]:
                 lab.note(f"{level} kernels", kernels_of(fn, lab.device))
 

@@ -79,10 +79,12 @@ def _one_line(exc: BaseException) -> str:
 
 
 def measure(lab) -> None:
+    # One fresh process per attempt (a failed capture can poison the process's
+    # CUDA context), all at once: nothing here is timed, so they may overlap.
     context = multiprocessing.get_context("spawn")
-    for name in ATTEMPTS:
-        with context.Pool(processes=1) as pool:
-            outcome = pool.apply(attempt, (name,))
+    with context.Pool(processes=len(ATTEMPTS), maxtasksperchild=1) as pool:
+        outcomes = pool.map(attempt, list(ATTEMPTS), chunksize=1)
+    for name, outcome in zip(ATTEMPTS, outcomes):
         lab.note(name, outcome)
 
 

@@ -1,7 +1,9 @@
 """The lab runner: ``python -m examples.lab run [--all | TOPIC ...] --out DIR``.
 
 Runs every chosen benchmark on this machine and writes one record per example
-to ``DIR/<machine slug>/<topic>.json``. ``validate DIR`` checks a folder of records; ``compare DIR`` sets its figures beside the
+to ``DIR/<machine slug>/<topic>/<run id>.json``; ``--repeat N`` makes N independent
+runs (fresh processes). Topics this machine cannot run (no GPU, too few GPUs) are
+skipped and write nothing. ``validate DIR`` checks a folder of records; ``compare DIR`` sets its figures beside the
 book's (see ``examples/lab/compare.py``).
 """
 from __future__ import annotations
@@ -10,36 +12,55 @@ import shlex
 import sys
 import time
 
-from examples.lab.cli import ArgumentParser, fail
+from examples.lab.cli import ArgumentParser, fail, positive
+
+
+#: Compiler caches a run must not share with an earlier one: with them, a second
+#: run would time warm compiles and reuse autotuning, and not be independent.
+CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR")
+
+
+def _fresh_caches() -> None:
+    """Point each compiler cache not set by the user at a new empty folder (before torch loads)."""
+    import os
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="lab-caches-")
+    for name in CACHE_VARIABLES:
+        if name not in os.environ:
+            os.environ[name] = os.path.join(root, name.lower())
 
 
 def _run(args) -> int:
+    if args.repeat > 1:
+        return _repeat(args)
+    _fresh_caches()
     import torch
     from tqdm import tqdm
 
-    from examples.lab.harness import CheckFailed, requires_cuda, run_measurement
+    from examples.lab.harness import CheckFailed, missing_gpus, requires_cuda, run_measurement
+    from examples.lab.provenance import run_id
     from examples.lab.records import RecordError, write_record
     from examples.lab.registry import import_topic, measured_topics
 
-    available = measured_topics()
-    if args.all == bool(args.topics):
-        fail("python -m examples.lab run: error: name topics or give --all, not both or neither")
-    unknown = sorted(set(args.topics) - set(available))
-    if unknown:
-        fail(f"python -m examples.lab run: error: unknown topic {unknown[0]!r} (known: {', '.join(available)})")
-    topics = available if args.all else args.topics
+    topics = _topics(args, measured_topics())
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("python -m examples.lab run: error: --device cuda: no CUDA GPU is visible")
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
     command = shlex.join(["python", "-m", "examples.lab", *sys.argv[1:]])
 
-    failures, written, started = [], [], time.perf_counter()
+    failures, written, skipped, started = [], [], [], time.perf_counter()
     bar = tqdm(topics, unit="topic", file=sys.stderr, dynamic_ncols=True)
     for topic in bar:
         bar.set_description(topic)
         module = import_topic(topic)
+        # A topic this machine cannot run writes no record: an empty one would say nothing.
         if requires_cuda(module) and device.type != "cuda":
-            tqdm.write(f"skip {topic}: needs a CUDA GPU", file=sys.stderr)
+            skipped.append(f"{topic}: needs a CUDA GPU")
+            continue
+        missing = missing_gpus(module, device)
+        if missing:
+            skipped.append(f"{topic}: {missing}")
             continue
         try:
             record = run_measurement(module, device=device, quick=args.quick, command=command,
@@ -50,14 +71,58 @@ def _run(args) -> int:
         except RecordError as exc:
             failures.append(f"{topic}: {exc}")
             continue
-        written.append(write_record(args.out, record))
+        written.append((write_record(args.out, record), record.run.wall_s))
     bar.close()
-    for path in written:
-        print(f"wrote {path}")
+    for path, seconds in written:
+        print(f"wrote {path} ({seconds:.1f} s)")
+    for line in skipped:
+        print(f"skipped {line}")
     for line in failures:
         print(f"FAILED {line}", file=sys.stderr)
-    print(f"{len(written)} records in {time.perf_counter() - started:.0f} s, {len(failures)} failed")
+    print(f"run {run_id()}: {len(written)} records in {time.perf_counter() - started:.0f} s, "
+          f"{len(skipped)} skipped, {len(failures)} failed")
     return 1 if failures else 0
+
+
+def _topics(args, available: list[str]) -> list[str]:
+    if args.all == bool(args.topics):
+        fail("python -m examples.lab run: error: name topics or give --all, not both or neither")
+    unknown = sorted(set(args.topics) - set(available))
+    if unknown:
+        fail(f"python -m examples.lab run: error: unknown topic {unknown[0]!r} (known: {', '.join(available)})")
+    return available if args.all else args.topics
+
+
+def _repeat(args) -> int:
+    """``--repeat N``: N independent runs, each a fresh process with its own run id, one after another."""
+    import os
+    import subprocess
+
+    from examples.lab.registry import measured_topics
+
+    _topics(args, measured_topics())  # a bad topic fails once, before any run starts
+    argv = [a for a in sys.argv[1:]]
+    # Drop "--repeat N" / "--repeat=N" and run the rest as it was given.
+    child: list[str] = []
+    skip_next = False
+    for a in argv:
+        if skip_next:
+            skip_next = False
+            continue
+        if a == "--repeat":
+            skip_next = True
+            continue
+        if a.startswith("--repeat="):
+            continue
+        child.append(a)
+    env = {k: v for k, v in os.environ.items() if k != "LAB_RUN_ID"}  # each child makes its own id
+    status, started = 0, time.perf_counter()
+    for i in range(1, args.repeat + 1):
+        print(f"== run {i} of {args.repeat} ==", flush=True)
+        code = subprocess.call([sys.executable, "-m", "examples.lab", *child], env=env)
+        status = status or code
+    print(f"{args.repeat} runs in {time.perf_counter() - started:.0f} s" + ("" if status == 0 else ", some failed"))
+    return status
 
 
 def _validate(args) -> int:
@@ -68,7 +133,7 @@ def _validate(args) -> int:
     except RecordError as exc:
         fail(f"invalid record: {exc}", status=1)
     if not records:
-        fail(f"{args.dir}: no records (expected <machine>/<topic>.json)", status=1)
+        fail(f"{args.dir}: no records (expected <machine>/<topic>/<run>.json)", status=1)
     print(f"{len(records)} records valid under {args.dir}")
     return 0
 
@@ -103,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, required=True, metavar="DIR", help="records folder")
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     run.add_argument("--quick", action="store_true", help="small sizes and few repetitions")
+    run.add_argument("--repeat", type=positive(int), default=1, metavar="N",
+                     help="N independent runs, each in a fresh process (default 1)")
     run.set_defaults(handler=_run)
     validate = sub.add_parser("validate", help="check every record under a folder")
     validate.add_argument("dir", type=Path, metavar="DIR")

@@ -115,7 +115,7 @@ def format_table(record: Record) -> str:
 
 def run_example(module: ModuleType, argv: list[str] | None = None) -> int:
     """``main`` of a measured example: parse the shared flags, measure, report."""
-    from examples.lab.harness import CheckFailed, requires_cuda, run_measurement, topic_of
+    from examples.lab.harness import CheckFailed, missing_gpus, requires_cuda, run_measurement, topic_of
     from examples.lab.records import RecordError
 
     topic = topic_of(module)
@@ -130,6 +130,10 @@ def run_example(module: ModuleType, argv: list[str] | None = None) -> int:
     device = resolve_device(args.device, needs_cuda=requires_cuda(module), prog=prog)
     if device is None:
         print(f"{prog}: needs a CUDA GPU and none is visible; nothing to run on this machine")
+        return 0
+    missing = missing_gpus(module, device)
+    if missing:
+        print(f"{prog}: {missing}; nothing to run on this machine (--device cpu runs it on the CPU)")
         return 0
     command = shlex.join(["python", "-m", f"examples.{topic}", *(sys.argv[1:] if argv is None else argv)])
     try:

@@ -7,6 +7,7 @@ provenance, and turns the whole run into one :class:`~examples.lab.records.Recor
 from __future__ import annotations
 
 import math
+import time as _clock
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -16,6 +17,7 @@ import torch
 from pydantic import ValidationError
 
 from examples.lab import provenance, timing
+from examples.lab.load import LoadMonitor
 from examples.lab.records import SCHEMA_VERSION, Check, Method, Metric, Record, RecordError, Row, Scalar
 from examples.lab.stats import summarize
 
@@ -40,6 +42,11 @@ class Lab:
         self._rows: dict[tuple, tuple[dict[str, Scalar], dict[str, Metric]]] = {}
         self._checks: list[Check] = []
         self._on_case = on_case or (lambda _: None)
+        #: Samples clocks and power while each metric is timed (GPU only).
+        self.load = LoadMonitor(device.index if device.index is not None else torch.cuda.current_device()
+                                if self.cuda else None)
+        #: (case key, metric) -> the monotonic-clock window it was timed in.
+        self._windows: dict[tuple, tuple[float, float]] = {}
 
     @property
     def cuda(self) -> bool:
@@ -68,6 +75,7 @@ class Lab:
         if unit not in TIME_UNITS:
             raise ValueError(f"unit {unit!r} is not a time unit ({', '.join(TIME_UNITS)})")
         self._on_case(_describe(case, metric))
+        began = _clock.monotonic()
         samples = timing.measure(
             fn,
             device=self.device,
@@ -78,19 +86,33 @@ class Lab:
             flush_l2=flush_l2,
             inputs=inputs,
         )
+        ended = _clock.monotonic()
+        self.load.window(began, ended)
         scale = TIME_UNITS[unit]
         result = summarize([s * scale for s in samples], unit=unit, method=timer or self.timer)
+        result = result.model_copy(update={
+            "warmup": self.warmup if warmup is None else warmup, "inner": inner,
+        })
         self._keep(case, metric, result)
+        self._windows[(_key(case), metric)] = (began, ended)
         return result
 
+    def timed_region(self, *, case: dict[str, Scalar], metric: str):
+        """A context manager for work timed outside :meth:`time` (a profiler, a subprocess):
+        clocks and power sampled inside it are attached to ``metric`` of ``case``."""
+        return _Region(self, case, metric)
+
     def keep_samples(
-        self, samples: Sequence[float], *, case: dict[str, Scalar], metric: str, unit: str, method: str
+        self, samples: Sequence[float], *, case: dict[str, Scalar], metric: str, unit: str, method: str,
+        warmup: int | None = None, inner: int | None = None,
     ) -> Metric:
         """Keep samples measured elsewhere (another process, a profiler) with their spread.
 
-        ``method`` names the clock that produced them, e.g. ``"cuda_event, rank 0"``.
+        ``method`` names the clock that produced them, e.g. ``"cuda_event, rank 0"``;
+        ``warmup`` and ``inner`` say how they were taken, where known.
         """
         result = summarize(samples, unit=unit, method=method)
+        result = result.model_copy(update={"warmup": warmup, "inner": inner})
         self._keep(case, metric, result)
         return result
 
@@ -123,13 +145,21 @@ class Lab:
         self.notes[key] = value
 
     def _keep(self, case: dict[str, Scalar], metric: str, result: Metric) -> None:
-        key = tuple(sorted(case.items()))
-        _, metrics = self._rows.setdefault(key, (dict(case), {}))
+        _, metrics = self._rows.setdefault(_key(case), (dict(case), {}))
         metrics[metric] = result
 
     # -- the record ----------------------------------------------------------
     def rows(self) -> list[Row]:
-        return [Row(case=case, metrics=metrics) for case, metrics in self._rows.values()]
+        """Every row, each timed metric with the clocks and power sampled while it ran."""
+        rows = []
+        for key, (case, metrics) in self._rows.items():
+            with_load = {}
+            for name, m in metrics.items():
+                window = self._windows.get((key, name))
+                load = self.load.load_between(*window) if window else None
+                with_load[name] = m.model_copy(update={"load": load}) if load else m
+            rows.append(Row(case=case, metrics=with_load))
+        return rows
 
     def record(self, *, topic: str, source: Path, command: str) -> Record:
         """The validated record of this run; :class:`RecordError` if it breaks the schema."""
@@ -141,6 +171,7 @@ class Lab:
             raise RecordError(f"the record of {topic} does not validate: {where}: {first['msg']}") from None
 
     def _record(self, *, topic: str, source: Path, command: str) -> Record:
+        results = self.rows()
         return Record(
             schema_version=SCHEMA_VERSION,
             topic=topic,
@@ -150,9 +181,27 @@ class Lab:
             run=provenance.run_info(quick=self.quick, command=command),
             method=Method(timer=self.timer, warmup=self.warmup, repetitions=self.repetitions),
             checks=self._checks,
-            results=self.rows(),
+            results=results,
             notes=self.notes,
+            load=self.load.summary(),
         )
+
+
+class _Region:
+    def __init__(self, lab: Lab, case: dict[str, Scalar], metric: str):
+        self.lab, self.case, self.metric = lab, case, metric
+
+    def __enter__(self) -> None:
+        self.began = _clock.monotonic()
+
+    def __exit__(self, *exc) -> None:
+        ended = _clock.monotonic()
+        self.lab.load.window(self.began, ended)
+        self.lab._windows[(_key(self.case), self.metric)] = (self.began, ended)
+
+
+def _key(case: dict[str, Scalar]) -> tuple:
+    return tuple(sorted(case.items()))
 
 
 def _describe(case: dict[str, Scalar], metric: str) -> str:
@@ -169,6 +218,15 @@ def requires_cuda(module: ModuleType) -> bool:
     return bool(getattr(module, "REQUIRES_CUDA", False))
 
 
+def missing_gpus(module: ModuleType, device: torch.device) -> str | None:
+    """Why ``module`` cannot run on ``device`` for want of GPUs (``MIN_GPUS``), or ``None``."""
+    needed = int(getattr(module, "MIN_GPUS", 1))
+    if device.type != "cuda" or needed <= 1:
+        return None
+    have = torch.cuda.device_count()
+    return None if have >= needed else f"needs {needed} GPUs, this machine has {have}"
+
+
 def run_measurement(
     module: ModuleType,
     *,
@@ -178,11 +236,16 @@ def run_measurement(
     on_case: Callable[[str], None] | None = None,
 ) -> Record:
     """Run one example's ``measure`` and return its validated record."""
+    started = _clock.monotonic()
     lab = Lab(device, quick=quick, on_case=on_case)
     try:
         module.measure(lab)
+        lab.synchronize()
     except ValidationError as exc:  # a metric or note the schema refuses (NaN, inf, ...)
         first = exc.errors()[0]
         raise RecordError(f"{topic_of(module)} kept an invalid figure: {first['msg']}") from None
-    lab.synchronize()
-    return lab.record(topic=topic_of(module), source=Path(module.__file__), command=command)
+    finally:
+        lab.load.stop()
+    record = lab.record(topic=topic_of(module), source=Path(module.__file__), command=command)
+    run = record.run.model_copy(update={"wall_s": round(_clock.monotonic() - started, 2)})
+    return record.model_copy(update={"run": run})

@@ -13,6 +13,7 @@ import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
+from examples.lab.load import power_limit_w
 from examples.lab.records import Machine, Run
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -50,22 +51,23 @@ def host_cpu() -> str:
     return platform.processor() or platform.machine()
 
 
-def _nvidia_smi(device_index: int) -> tuple[str | None, dict[str, float] | None]:
-    """Driver version and clocks (MHz) of one GPU, read, never set."""
-    fields = "driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem"
+def _nvidia_smi(device_index: int) -> tuple[str | None, dict[str, float] | None, float | None]:
+    """Driver version, clocks (MHz, read before the run: idle) and power limit (W) of one GPU; read, never set."""
+    fields = "driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit"
     out = _run("nvidia-smi", f"--id={device_index}", f"--query-gpu={fields}", "--format=csv,noheader,nounits")
     if not out:
-        return None, None
+        return None, None, None
     parts = [p.strip() for p in out.splitlines()[0].split(",")]
-    if len(parts) != 5:
-        return None, None
-    clocks = {}
-    for name, value in zip(["sm", "mem", "max_sm", "max_mem"], parts[1:]):
+    if len(parts) != 6:
+        return None, None, None
+    numbers: dict[str, float] = {}
+    for name, value in zip(["sm", "mem", "max_sm", "max_mem", "power_limit"], parts[1:]):
         try:
-            clocks[name] = float(value)
+            numbers[name] = float(value)
         except ValueError:
             continue
-    return parts[0], clocks or None
+    limit = numbers.pop("power_limit", None)
+    return parts[0], numbers or None, limit
 
 
 def machine_info(device: str) -> Machine:
@@ -80,14 +82,14 @@ def machine_info(device: str) -> Machine:
 
     gpu = {
         "gpu_name": None, "sm_count": None, "compute_capability": None,
-        "gpu_memory_gib": None, "clocks_mhz": None, "driver": None,
+        "gpu_memory_gib": None, "clocks_mhz": None, "driver": None, "power_limit_w": None,
     }
     gpu_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     nccl = None
     if device == "cuda":
         index = torch.cuda.current_device()
         props = torch.cuda.get_device_properties(index)
-        driver, clocks = _nvidia_smi(index)
+        driver, clocks, smi_limit = _nvidia_smi(index)
         gpu = {
             "gpu_name": props.name,
             "sm_count": props.multi_processor_count,
@@ -95,6 +97,7 @@ def machine_info(device: str) -> Machine:
             "gpu_memory_gib": round(props.total_memory / 2**30, 1),
             "clocks_mhz": clocks,
             "driver": driver,
+            "power_limit_w": power_limit_w(index) or smi_limit,
         }
         try:
             nccl = ".".join(str(x) for x in torch.cuda.nccl.version())
@@ -134,9 +137,35 @@ def git_state() -> tuple[str | None, bool | None]:
     return env_commit, (env_dirty == "1") if env_dirty in ("0", "1") else None
 
 
+def boot_id() -> str | None:
+    """The kernel's id of this boot: two runs with different ids ran on separately started machines."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+_STARTED = datetime.now(timezone.utc)
+
+
+def run_id() -> str:
+    """One id per process, shared by every topic it measures: ``LAB_RUN_ID`` or time, boot and pid.
+
+    ``20261122T224500Z-1a2b3c4d-4242``: sortable by date, distinct across machines
+    (boot id) and across processes of one machine (pid).
+    """
+    given = os.environ.get("LAB_RUN_ID", "").strip()
+    if given:
+        return given
+    boot = (boot_id() or "noboot").replace("-", "")[:8]
+    return f"{_STARTED.strftime('%Y%m%dT%H%M%SZ')}-{boot}-{os.getpid()}"
+
+
 def run_info(*, quick: bool, command: str) -> Run:
     commit, dirty = git_state()
     return Run(
+        id=run_id(),
+        boot_id=boot_id(),
         date=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
         commit=commit,
         dirty=dirty,

@@ -1,9 +1,15 @@
-"""The record format: one JSON file per machine and example.
+"""The record format: one JSON file per run, machine and example.
 
 A record is what one run of one example measured on one machine, with enough
-provenance to say where every number came from. Records live in
-``<records root>/<machine slug>/<topic>.json`` (the book's own are under
-``docs/records/``), so that runs on different machines merge without conflicts.
+provenance to say where every number came from. A figure of the book is the
+median over several *independent runs* (separate processes, on separately
+started machines), so records live in
+``<records root>/<machine slug>/<topic>/<run id>.json`` (the book's own are under
+``docs/records/``): runs on different machines, and many runs on one kind of
+machine, merge without conflicts.
+
+Schema version 1 (one file per machine and topic, ``<slug>/<topic>.json``, no run
+id, clocks read at idle) is still read: it loads as one run whose id is ``v1``.
 
 Every load validates: a malformed record is an error that names its file.
 """
@@ -16,7 +22,12 @@ from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions this code reads; older ones are upgraded on load.
+READABLE_VERSIONS = (1, 2)
+#: The run id a version-1 record (which had none) loads with.
+LEGACY_RUN_ID = "v1"
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 #: A case parameter or a note: plain JSON scalars, so cases can be matched by value.
 Scalar = Union[bool, int, float, str, None]
@@ -24,6 +35,28 @@ Scalar = Union[bool, int, float, str, None]
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Load(_Strict):
+    """What the GPU ran at while a metric was timed: medians of samples read through NVML."""
+
+    sm_mhz: float = Field(ge=0)
+    mem_mhz: float = Field(ge=0)
+    power_w: float = Field(ge=0)
+    samples: int = Field(ge=1)
+
+
+class LoadSummary(_Strict):
+    """Clocks and power over every timed region of a record (NVML samples, not an idle reading)."""
+
+    sm_mhz_median: float = Field(ge=0)
+    sm_mhz_min: float = Field(ge=0)
+    sm_mhz_max: float = Field(ge=0)
+    mem_mhz_median: float = Field(ge=0)
+    power_w_median: float = Field(ge=0)
+    power_w_max: float = Field(ge=0)
+    samples: int = Field(ge=1)
+    interval_ms: float = Field(gt=0, description="sampling period")
 
 
 class Metric(_Strict):
@@ -37,6 +70,9 @@ class Metric(_Strict):
     max: float | None = None
     n: int | None = Field(default=None, ge=1, description="repetitions behind the figure")
     method: str = Field(description="timer that produced it, or 'computed'")
+    warmup: int | None = Field(default=None, ge=0, description="warm-up calls before the first sample")
+    inner: int | None = Field(default=None, ge=1, description="calls back to back inside one sample")
+    load: Load | None = Field(default=None, description="clocks and power while it was timed (GPU only)")
 
     @field_validator("median", "q1", "q3", "min", "max")
     @classmethod
@@ -76,7 +112,8 @@ class Machine(_Strict):
     sm_count: int | None
     compute_capability: str | None
     gpu_memory_gib: float | None
-    clocks_mhz: dict[str, float] | None = Field(description="from nvidia-smi, where readable")
+    clocks_mhz: dict[str, float] | None = Field(description="from nvidia-smi before the run: idle, not under load")
+    power_limit_w: float | None = Field(default=None, description="the enforced power limit (NVML)")
     driver: str | None
     cuda: str | None
     cudnn: str | None
@@ -90,6 +127,9 @@ class Machine(_Strict):
 
 
 class Run(_Strict):
+    id: str = Field(pattern=RUN_ID_PATTERN, description="one per process: every topic of a `lab run` shares it")
+    boot_id: str | None = Field(default=None, description="the machine's boot: runs on separately started machines differ")
+    wall_s: float | None = Field(default=None, ge=0, description="seconds this topic took, set-up and checks included")
     date: str = Field(description="ISO 8601, UTC")
     commit: str | None
     dirty: bool | None
@@ -104,7 +144,7 @@ class Method(_Strict):
 
 
 class Record(_Strict):
-    schema_version: Literal[1]
+    schema_version: Literal[2]
     topic: str = Field(pattern=r"^[a-z0-9_]+\.[a-z0-9_]+$")
     source: str
     source_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -114,6 +154,7 @@ class Record(_Strict):
     checks: list[Check]
     results: list[Row]
     notes: dict[str, Scalar | list[Scalar] | dict[str, Scalar]] = {}
+    load: LoadSummary | None = Field(default=None, description="clocks and power under load (GPU only)")
 
     @model_validator(mode="after")
     def _not_empty(self) -> "Record":
@@ -130,19 +171,28 @@ class RecordError(Exception):
     """A record that cannot be read or does not follow the schema."""
 
 
+def _upgrade(data: dict) -> dict:
+    """A version-1 record as version 2: one run with the id ``v1``, no load readings."""
+    if data.get("schema_version") == 1 and isinstance(data.get("run"), dict):
+        data = {**data, "schema_version": 2, "run": {"id": LEGACY_RUN_ID, **data["run"]}}
+    return data
+
+
 def parse_record(text: str, origin: str) -> Record:
     """Parse and validate one record; errors name ``origin`` and the field."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RecordError(f"{origin}: not JSON ({exc.msg}, line {exc.lineno})") from None
-    if isinstance(data, dict) and data.get("schema_version") != SCHEMA_VERSION:
+    if not isinstance(data, dict):
+        raise RecordError(f"{origin}: a record is a JSON object, not {type(data).__name__}")
+    if data.get("schema_version") not in READABLE_VERSIONS:
         raise RecordError(
-            f"{origin}: schema_version {data.get('schema_version')!r} is not "
-            f"{SCHEMA_VERSION}, the one this code reads"
+            f"{origin}: schema_version {data.get('schema_version')!r} is not one this code reads "
+            f"({', '.join(map(str, READABLE_VERSIONS))})"
         )
     try:
-        record = Record.model_validate(data)
+        record = Record.model_validate(_upgrade(data))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "<top>"
@@ -154,27 +204,40 @@ def parse_record(text: str, origin: str) -> Record:
     return record
 
 
+def relative_path(record: Record) -> str:
+    """Where a record belongs under its root: ``<slug>/<topic>/<run id>.json`` (``<slug>/<topic>.json`` for v1)."""
+    if record.run.id == LEGACY_RUN_ID:
+        return f"{record.machine.slug}/{record.topic}.json"
+    return f"{record.machine.slug}/{record.topic}/{record.run.id}.json"
+
+
 def load_record(path: Path) -> Record:
     record = parse_record(path.read_text(encoding="utf-8"), str(path))
-    expected = f"{record.machine.slug}/{record.topic}.json"
-    if not path.as_posix().endswith(expected):
-        raise RecordError(f"{path}: a record of {record.topic} on {record.machine.slug} belongs at …/{expected}")
+    expected = relative_path(record)
+    if not path.as_posix().endswith("/" + expected) and path.as_posix() != expected:
+        raise RecordError(f"{path}: a record of {record.topic} on {record.machine.slug} "
+                          f"(run {record.run.id}) belongs at …/{expected}")
     return record
 
 
+def record_files(root: Path) -> list[Path]:
+    """Every record file under ``root``: ``<slug>/<topic>/<run>.json`` and legacy ``<slug>/<topic>.json``."""
+    return sorted([*root.glob("*/*.json"), *root.glob("*/*/*.json")])
+
+
 def load_records(root: Path) -> list[Record]:
-    """Every record under ``root`` (``<slug>/<topic>.json``), validated."""
+    """Every record under ``root``, validated."""
     if not root.is_dir():
         raise RecordError(f"{root}: no such records folder")
-    return [load_record(p) for p in sorted(root.glob("*/*.json"))]
+    return [load_record(p) for p in record_files(root)]
 
 
 def record_path(root: Path, record: Record) -> Path:
-    return root / record.machine.slug / f"{record.topic}.json"
+    return root / relative_path(record)
 
 
 def dump_record(record: Record) -> str:
-    return json.dumps(record.model_dump(mode="json"), indent=1, sort_keys=False) + "\n"
+    return json.dumps(record.model_dump(mode="json", exclude_none=False), indent=1, sort_keys=False) + "\n"
 
 
 def write_record(root: Path, record: Record) -> Path:

@@ -80,6 +80,18 @@ def measure(lab) -> None:
                           value=nbytes / (k.median * 1e-6) / 1e9,
                           unit="GB/s")
         del pool
+    if lab.cuda:
+        _against_hbm(lab, max(sizes) * 8 / 2**20)
+
+
+def _against_hbm(lab, hbm_mib: float) -> None:
+    """Each kernel bandwidth over that of the largest size with L2 flushed: what HBM
+    gives in this run, so "faster than memory" is stated relative to this GPU."""
+    rows = {(r.case["MiB"], r.case["timing"]): r for r in lab.rows()}
+    hbm = rows[(hbm_mib, "L2 flushed before each")].metrics["kernel_bandwidth"].median
+    for (mib, timing), row in rows.items():
+        lab.value(case=row.case, metric="vs_hbm", unit="x",
+                  value=row.metrics["kernel_bandwidth"].median / hbm)
 
 
 def main(argv=None) -> int:
