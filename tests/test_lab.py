@@ -115,7 +115,11 @@ def test_lab_record_round_trips(tmp_path):
     assert record.source == "examples/lab/harness.py"
     assert record.source_sha256 == provenance.source_sha256(REPO / "examples/lab/harness.py")
     path = write_record(tmp_path, record)
-    assert path == tmp_path / record.machine.slug / "lab.harness.json"
+    assert path == tmp_path / record.machine.slug / "lab.harness" / f"{record.run.id}.json"
+    assert record.run.id == provenance.run_id() and record.run.boot_id == provenance.boot_id()
+    t_kept = record.results[0].metrics["time"]
+    assert (t_kept.warmup, t_kept.inner) == (lab.warmup, 1), "each metric says how it was timed"
+    assert record.load is None and record.results[0].metrics["time"].load is None, "no NVML on a CPU run"
     assert load_records(tmp_path) == [record]
     assert parse_record(dump_record(record), "again") == record
 
@@ -232,11 +236,12 @@ def runner_records(tmp_path_factory, cli):
 
 def test_runner_writes_a_valid_record(runner_records, cli):
     topic, out, proc = runner_records
-    written = sorted(out.glob("*/*.json"))
-    assert [p.name for p in written] == [f"{topic}.json"], cli.explain(proc)
+    written = sorted(out.glob("*/*/*.json"))
+    assert [p.parent.name for p in written] == [topic], cli.explain(proc)
     path = written[0]
     record = parse_record(path.read_text(encoding="utf-8"), str(path))
-    assert path.parent.name == record.machine.slug
+    assert path.name == f"{record.run.id}.json" and path.parents[1].name == record.machine.slug
+    assert record.run.wall_s is not None and record.run.wall_s > 0
     assert record.topic == topic and record.run.quick and record.machine.device == "cpu"
     assert record.run.command.startswith("python -m examples.lab run")
     assert f"wrote {path}" in proc.stdout
@@ -248,7 +253,7 @@ def test_runner_writes_a_valid_record(runner_records, cli):
 def _broken(kind: str, good: Path, root: Path) -> Path:
     """A copy of a good record, broken in one way; returns the broken file."""
     data = json.loads(good.read_text(encoding="utf-8"))
-    target = root / good.parent.name / good.name
+    target = root / good.parents[1].name / good.parent.name / good.name
     if kind == "bad-json":
         text = good.read_text(encoding="utf-8")[:-20]
     elif kind == "missing-provenance":
@@ -264,13 +269,47 @@ def _broken(kind: str, good: Path, root: Path) -> Path:
         data["checks"] = [{"name": "x", "rel_error": 1.0, "tolerance": 0.1, "passed": False}]
         text = json.dumps(data)
     elif kind == "wrong-folder":
-        target = root / "some-other-machine" / good.name
+        target = root / "some-other-machine" / good.parent.name / good.name
         text = good.read_text(encoding="utf-8")
     else:
         raise AssertionError(kind)
     target.parent.mkdir(parents=True)
     target.write_text(text, encoding="utf-8")
     return target
+
+
+def _as_version_1(record_json: dict) -> dict:
+    """A version-2 record as the version-1 code wrote it: no run id, boot, wall time or load."""
+    data = json.loads(json.dumps(record_json))
+    data["schema_version"] = 1
+    for key in ("id", "boot_id", "wall_s"):
+        data["run"].pop(key)
+    data.pop("load")
+    data["machine"].pop("power_limit_w")
+    for row in data["results"]:
+        for m in row["metrics"].values():
+            for key in ("warmup", "inner", "load"):
+                m.pop(key)
+    return data
+
+
+def test_version_1_records_still_load_as_one_run(runner_records, tmp_path):
+    """Records of the one-file-per-machine layout load as a run with the id 'v1'."""
+    _, out, _ = runner_records
+    good = next(out.glob("*/*/*.json"))
+    old = _as_version_1(json.loads(good.read_text(encoding="utf-8")))
+    slug, topic = good.parents[1].name, good.parent.name
+    (tmp_path / slug).mkdir()
+    (tmp_path / slug / f"{topic}.json").write_text(json.dumps(old), encoding="utf-8")
+    [record] = load_records(tmp_path)
+    assert record.run.id == "v1" and record.schema_version == SCHEMA_VERSION and record.load is None
+    # ...and next to runs of the new layout, each file where it belongs.
+    (tmp_path / slug / topic).mkdir()
+    (tmp_path / slug / topic / good.name).write_text(good.read_text(encoding="utf-8"), encoding="utf-8")
+    assert sorted(r.run.id for r in load_records(tmp_path)) == sorted(["v1", good.stem])
+    (tmp_path / slug / f"{topic}.json").rename(tmp_path / slug / topic / "v1.json")
+    with pytest.raises(RecordError, match="belongs at"):
+        load_records(tmp_path)
 
 
 @pytest.mark.parametrize("kind, says", [
@@ -283,12 +322,53 @@ def _broken(kind: str, good: Path, root: Path) -> Path:
 ])
 def test_validate_rejects(kind, says, runner_records, tmp_path, cli):
     _, out, _ = runner_records
-    broken = _broken(kind, next(out.glob("*/*.json")), tmp_path)
+    broken = _broken(kind, next(out.glob("*/*/*.json")), tmp_path)
     proc = cli.run("-m", "examples.lab", "validate", tmp_path)
     line = cli.one_line_error(proc, status=1)
     assert str(broken) in line and says in line, cli.explain(proc)
     with pytest.raises(RecordError, match=says):
         load_records(tmp_path)
+
+
+def test_repeat_makes_independent_runs(tmp_path, cli):
+    """--repeat N: N processes, N run ids, each with its own compiler caches."""
+    topic = "dispatch.dispatch_keys"  # the quickest topic: notes only
+    proc = cli.run("-m", "examples.lab", "run", "--quick", "--device", "cpu", topic, "--repeat", "2",
+                   "--out", tmp_path, timeout=300)
+    assert proc.returncode == 0, cli.explain(proc)
+    records = load_records(tmp_path)
+    assert len(records) == 2 and len({r.run.id for r in records}) == 2, cli.explain(proc)
+    assert all("--repeat" not in r.run.command for r in records), "each run records the command it ran"
+    assert "2 runs in" in proc.stdout
+
+
+def test_one_gpu_machine_skips_multi_gpu_topics(monkeypatch):
+    """A collective needs two GPUs: on one, the runner skips it (and writes nothing)."""
+    from examples.lab.harness import missing_gpus
+
+    module = import_topic("collectives.ring_allreduce")
+    assert missing_gpus(module, CPU) is None, "on the CPU it runs two gloo ranks"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert missing_gpus(module, torch.device("cuda")) == "needs 2 GPUs, this machine has 1"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert missing_gpus(module, torch.device("cuda")) is None
+    assert missing_gpus(import_topic("graphs.launch_cost"), torch.device("cuda")) is None
+
+
+def test_load_summaries_are_medians_of_the_samples_inside_each_window():
+    from examples.lab.load import LoadMonitor, Sample
+
+    monitor = LoadMonitor(None)  # no sampler process: feed it samples
+    monitor._samples = [Sample(t, sm, 2619, w) for t, sm, w in
+                        [(0.5, 1980, 90), (1.1, 1500, 690), (1.2, 1410, 700), (1.3, 1455, 695), (5.0, 1980, 80)]]
+    monitor.window(1.0, 1.25)
+    monitor.window(1.25, 1.35)
+    first = monitor.load_between(1.0, 1.25)
+    assert (first.sm_mhz, first.power_w, first.samples) == (1455.0, 695.0, 2)
+    assert monitor.load_between(2.0, 3.0) is None, "a window shorter than the period has no samples"
+    summary = monitor.summary()
+    assert (summary.sm_mhz_median, summary.sm_mhz_min, summary.sm_mhz_max) == (1455.0, 1410, 1500)
+    assert (summary.samples, summary.power_w_max) == (3, 700), "idle samples outside every window are left out"
 
 
 def test_validate_rejects_an_empty_or_missing_folder(tmp_path, cli):
@@ -311,21 +391,59 @@ def test_committed_records_validate():
 
 
 def test_committed_gpu_records_carry_full_provenance():
-    """What the book promises every GPU record holds: the machine, the software, the code."""
+    """What the book promises every GPU record holds: the machine, the software, the code, the load."""
     gpu = [r for r in load_records(REPO / "docs" / "records") if r.machine.device == "cuda"]
     assert gpu, "the book has no GPU records"
     for r in gpu:
-        where = f"{r.machine.slug}/{r.topic}.json"
+        where = f"{r.machine.slug}/{r.topic}/{r.run.id}.json"
         m = r.machine
         for field in ("gpu_name", "sm_count", "compute_capability", "driver", "cuda", "cudnn", "nccl",
-                      "torch", "triton", "host_cpu", "clocks_mhz"):
+                      "torch", "triton", "host_cpu", "clocks_mhz", "power_limit_w"):
             assert getattr(m, field), f"{where}: machine.{field} is missing"
+        assert r.run.id != "v1" and r.run.boot_id, f"{where}: a run of the current layout, with its machine's boot"
         assert r.run.commit and r.run.dirty is False, f"{where}: measured from a commit with clean examples"
         assert r.run.quick is False, f"{where}: quick-mode figures are for CI, not for the book"
+        timed = False
         for row in r.results:
             for name, metric in row.metrics.items():
                 if metric.method != "computed":
+                    timed = True
                     assert metric.n and metric.q1 is not None, f"{where}: {name} has no spread"
+        if timed:
+            assert r.load is not None, f"{where}: no clocks or power read under load"
+
+
+#: The GPU kinds every single-GPU figure of the book is measured on (machine slugs).
+BOOK_KINDS = ("nvidia-h100-80gb-hbm3", "nvidia-h200")
+MIN_RUNS = 3
+
+
+def runs_by_kind(records, topic: str, *, min_gpus: int) -> dict[str, list]:
+    """The current (not stale) runs of ``topic`` per machine slug, on machines with >= ``min_gpus`` GPUs."""
+    kinds: dict[str, list] = {}
+    for r in records:
+        current = provenance.source_sha256(REPO / r.source) == r.source_sha256
+        if r.topic == topic and r.machine.gpu_count >= min_gpus and current:
+            kinds.setdefault(r.machine.slug, []).append(r)
+    return kinds
+
+
+def test_every_book_figure_has_three_independent_runs_per_gpu_kind():
+    """>= 3 runs (processes) per topic on each kind, on >= 2 separately started machines;
+    topics that need several GPUs: >= 3 runs on a machine with that many."""
+    records = [r for r in load_records(REPO / "docs" / "records") if r.machine.device == "cuda"]
+    problems = []
+    for topic in measured_topics():
+        module = import_topic(topic)
+        needed = int(getattr(module, "MIN_GPUS", 1))
+        kinds = runs_by_kind(records, topic, min_gpus=needed)
+        wanted = BOOK_KINDS if needed == 1 else tuple(k for k in kinds) or ("a multi-GPU machine",)
+        for kind in wanted:
+            runs = kinds.get(kind, [])
+            boots = {r.run.boot_id for r in runs}
+            if len(runs) < MIN_RUNS or len(boots) < 2:
+                problems.append(f"{topic} on {kind}: {len(runs)} runs on {len(boots)} machines")
+    assert not problems, "; ".join(problems)
 
 
 # -- on a GPU (skipped, with the reason, elsewhere) ------------------------------------

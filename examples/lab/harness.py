@@ -97,11 +97,6 @@ class Lab:
         self._windows[(_key(case), metric)] = (began, ended)
         return result
 
-    def timed_region(self, *, case: dict[str, Scalar], metric: str):
-        """A context manager for work timed outside :meth:`time` (a profiler, a subprocess):
-        clocks and power sampled inside it are attached to ``metric`` of ``case``."""
-        return _Region(self, case, metric)
-
     def keep_samples(
         self, samples: Sequence[float], *, case: dict[str, Scalar], metric: str, unit: str, method: str,
         warmup: int | None = None, inner: int | None = None,
@@ -150,7 +145,14 @@ class Lab:
 
     # -- the record ----------------------------------------------------------
     def rows(self) -> list[Row]:
-        """Every row, each timed metric with the clocks and power sampled while it ran."""
+        """Every row kept so far (an example may read them while it measures)."""
+        return [Row(case=case, metrics=metrics) for case, metrics in self._rows.values()]
+
+    def _rows_with_load(self) -> list[Row]:
+        """Every row, each timed metric with the clocks and power sampled while it ran.
+
+        Reading the samples stops the sampler: only the finished record does it.
+        """
         rows = []
         for key, (case, metrics) in self._rows.items():
             with_load = {}
@@ -171,7 +173,7 @@ class Lab:
             raise RecordError(f"the record of {topic} does not validate: {where}: {first['msg']}") from None
 
     def _record(self, *, topic: str, source: Path, command: str) -> Record:
-        results = self.rows()
+        results = self._rows_with_load()
         return Record(
             schema_version=SCHEMA_VERSION,
             topic=topic,
@@ -185,19 +187,6 @@ class Lab:
             notes=self.notes,
             load=self.load.summary(),
         )
-
-
-class _Region:
-    def __init__(self, lab: Lab, case: dict[str, Scalar], metric: str):
-        self.lab, self.case, self.metric = lab, case, metric
-
-    def __enter__(self) -> None:
-        self.began = _clock.monotonic()
-
-    def __exit__(self, *exc) -> None:
-        ended = _clock.monotonic()
-        self.lab.load.window(self.began, ended)
-        self.lab._windows[(_key(self.case), self.metric)] = (self.began, ended)
 
 
 def _key(case: dict[str, Scalar]) -> tuple:
