@@ -21,6 +21,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "overrides" / "hooks"))
 
+from examples.lab.records import record_files  # noqa: E402
 from lab_site import shortcodes  # noqa: E402
 
 #: Hosts a page must never load anything from (fonts, scripts, styles).
@@ -139,10 +140,10 @@ def breaking(op: str, bound: float) -> float:
 
 
 def contradict(root: Path, claim: shortcodes.ClaimRequest) -> Path:
-    """Rewrite one GPU record of the claim's topic so the claim no longer holds on it."""
-    for path in sorted(root.glob(f"*/{claim.topic}.json")):
+    """Rewrite one GPU record (one run) of the claim's topic so the claim no longer holds in it."""
+    for path in record_files(root):
         data = json.loads(path.read_text(encoding="utf-8"))
-        if data["machine"]["device"] != "cuda":
+        if data["topic"] != claim.topic or data["machine"]["device"] != "cuda":
             continue
         for row in data["results"]:
             if all(row["case"].get(k) == v for k, v in claim.where.items()) and claim.metric in row["metrics"]:
@@ -157,27 +158,61 @@ def contradict(root: Path, claim: shortcodes.ClaimRequest) -> Path:
     raise AssertionError(f"no GPU record under {root} has a row for the claim {claim.describe()}")
 
 
+def checkable(root: Path, claim: shortcodes.ClaimRequest) -> bool:
+    for path in record_files(root):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data["topic"] == claim.topic and any(
+                all(r["case"].get(k) == v for k, v in claim.where.items()) and claim.metric in r["metrics"]
+                for r in data["results"]):
+            return True
+    return False
+
+
+def as_runs(root: Path, topic: str, count: int) -> list[Path]:
+    """Each legacy record of ``topic`` under ``root`` becomes ``count`` independent runs (schema 2)."""
+    written = []
+    for legacy in sorted(root.glob(f"*/{topic}.json")):
+        data = json.loads(legacy.read_text(encoding="utf-8"))
+        legacy.unlink()
+        for i in range(1, count + 1):
+            run = {**data["run"], "id": f"run-{i}"}
+            path = legacy.parent / topic / f"run-{i}.json"
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(json.dumps({**data, "schema_version": 2, "run": run}, indent=1), encoding="utf-8")
+            written.append(path)
+    assert written, f"no legacy record of {topic} under {root}"
+    return written
+
+
 def test_a_contradicted_claim_fails_the_strict_build(tmp_path):
+    """One run of three breaks a claim: the medians still keep it, the build must fail all the same."""
     tree = scratch_copy(tmp_path)
     claims = page_claims()
     env = {}
-    if claims:  # the book's own pages and records
-        page, claim = claims[0]
-        record = contradict(tree / "docs" / "records", claim)
+    if claims:  # the book's own pages and records: the first claim they can check
+        records = tree / "docs" / "records"
+        page, claim = next((p, c) for p, c in claims if checkable(records, c))
+        if not any(p.parent.name == claim.topic for p in record_files(records)):
+            as_runs(records, claim.topic, 3)  # legacy single runs: make several
         where = page.relative_to(REPO / "docs").as_posix()
-    else:  # no page claims anything yet: a scratch page against the fixture records
+    else:  # no page claims anything yet: a scratch page against the fixture records (three H200 runs)
         shutil.copytree(REPO / "tests" / "fixtures", tree / "tests" / "fixtures")
         (tree / "docs" / "claim.md").write_text(
             "# Claim\n\nReplay wins: <!-- lab:claim fixture.launch speedup >= 2 mode=graph -->\n", encoding="utf-8")
         env["LAB_EXTRA_RECORDS"] = "tests/fixtures/records"
         claim = shortcodes.request(shortcodes.parse_text("<!-- lab:claim fixture.launch speedup >= 2 mode=graph -->"))
         where = "claim.md"
+        records = tree / "tests" / "fixtures" / "records"
         # As committed, the fixture records satisfy the claim: the scratch page builds.
         control = build(tree, tmp_path / "control", **env)
         assert control.returncode == 0, control.stdout + control.stderr
-        record = contradict(tree / "tests" / "fixtures" / "records", claim)
+    runs = [p for p in record_files(records) if p.parent.name == claim.topic]
+    assert len(runs) >= 3, runs
+    record = contradict(records, claim)
+    slug = json.loads(record.read_text())["machine"]["slug"]
     proc = build(tree, tmp_path / "site", **env)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, f"the build passed although {record} contradicts {claim.describe()}\n{output}"
-    assert f"{where}: claim '{claim.describe()}' is VIOLATED on {record.parent.name}" in output, output
+    assert f"{where}: claim '{claim.describe()}' is VIOLATED on {slug}" in output, output
+    assert f"in 1 of {len([p for p in runs if p.parent == record.parent])} runs" in output, output
     assert "Aborted with" in output and "in strict mode" in output, output

@@ -16,6 +16,7 @@ import importlib
 import json
 import math
 import re
+import statistics
 import sys
 import threading
 from pathlib import Path
@@ -27,7 +28,7 @@ for path in (REPO, REPO / "overrides" / "hooks"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from examples.lab.records import load_record  # noqa: E402
+from examples.lab.records import load_records  # noqa: E402
 from lab_site import LabError, calculators, shortcodes, store  # noqa: E402
 
 RECORDS = REPO / "docs" / "records"
@@ -48,14 +49,26 @@ def python_result(name: str, values: dict[str, str], tmp_path: Path) -> dict:
     return json.loads(out.read_text())
 
 
-def render(name: str, machine: str | None = None) -> str:
-    roots = store.roots_from(REPO, REPO / "docs", ["docs/records"], None)
+def render(name: str, machine: str | None = None, records: Path = RECORDS) -> str:
+    roots = store.roots_from(REPO, REPO / "docs", [str(records)], None)
     loaded = store.load(roots, REPO)
     return calculators.render(
         shortcodes.CalculatorRequest(name, machine),
         lambda topic, slug: loaded.machine(topic, slug, PRIMARY),
-        lambda entry: "../" + entry.site_uri,
+        lambda group: "../" + group.site_uri,
     )
+
+
+def across_runs(records: Path, topic: str, where: dict, metric: str, case_key: bool) -> float:
+    """What an input should start at, worked out here from the files: the median of the runs' medians."""
+    values = []
+    for record in load_records(records):
+        if record.machine.slug != PRIMARY or record.topic != topic:
+            continue
+        (row,) = [r for r in record.results if all(r.case.get(k) == v for k, v in where.items())]
+        values.append(row.case[metric] if case_key else row.metrics[metric].median)
+    assert values, (topic, where)
+    return statistics.median(values)
 
 
 def start_values(html: str) -> dict[str, str]:
@@ -79,11 +92,37 @@ def test_measured_inputs_come_from_the_records(name):
     measured = [f for f in calc.fields if f.source]
     assert measured, f"{name} has no input taken from a record"
     for f in measured:
-        record = load_record(RECORDS / PRIMARY / f"{f.source.topic}.json")
-        (row,) = [r for r in record.results if all(r.case.get(k) == v for k, v in f.source.where.items())]
-        expected = row.case[f.source.metric] if f.source.case_key else row.metrics[f.source.metric].median
+        expected = across_runs(RECORDS, f.source.topic, f.source.where, f.source.metric, f.source.case_key)
         assert float(values[f.name]) == pytest.approx(expected, rel=5e-3), f.name
         assert float(values[f.name]) != 0
+
+
+def test_a_measured_input_is_the_median_across_runs(tmp_path):
+    """Three runs of the launch cost, the latest the slowest: the input takes the median of the runs."""
+    calc = calculators.CALCULATORS["launch_budget"]
+    (field,) = [f for f in calc.fields if f.source]
+    records = tmp_path / "records"
+    for record in load_records(RECORDS):
+        if record.machine.slug == PRIMARY and record.topic in {f.source.topic for f in calc.fields if f.source}:
+            for i, scale in enumerate((1.0, 1.2, 1.5), 1):
+                data = json.loads(record.model_dump_json())
+                data["run"]["id"] = f"run-{i}"
+                data["run"]["date"] = f"2026-12-0{i}T00:00:00+00:00"
+                for row in data["results"]:
+                    for m in row["metrics"].values():
+                        for key in ("median", "q1", "q3", "min", "max"):
+                            if m[key] is not None:
+                                m[key] *= scale
+                path = records / PRIMARY / record.topic / f"run-{i}.json"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(data))
+    html = render("launch_budget", records=records)
+    single = across_runs(RECORDS, field.source.topic, field.source.where, field.source.metric, False)
+    assert float(start_values(html)[field.name]) == pytest.approx(single * 1.2, rel=5e-3)  # not the latest run, 1.5
+    # Its link is the latest run's record (a root outside docs/ is served under lab-records/).
+    title = re.search(rf'href="\.\./lab-records/0-records/{PRIMARY}/{field.source.topic}/run-3\.json" '
+                      r'title="([^"]*)"', html)[1]
+    assert "median of 3 runs" in title and "run-to-run range" in title
 
 
 @pytest.mark.parametrize("name", sorted(calculators.CALCULATORS))

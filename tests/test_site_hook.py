@@ -1,13 +1,15 @@
-"""The site's hooks without a build: shortcodes, record selection, formatting, claims, rendering.
+"""The site's hooks without a build: shortcodes, runs, record selection, formatting, claims, rendering.
 
 Fixture records (``tests/fixtures/records/``, made by ``tests/fixtures/make_records.py``)
-hold invented numbers for the made-up topic ``fixture.launch`` on three machines: an H200
-and a CPU whose source hash is current, and an H100 whose hash is not (stale).
+hold invented numbers for the made-up topic ``fixture.launch``: three current runs on an
+H200 (one figure noisy) and a stale older one, a legacy (schema 1) stale record of an
+H100, one current run of a CPU, and a legacy record of an A100 that skipped the topic.
 """
 from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import shutil
 import sys
@@ -25,14 +27,16 @@ for path in (REPO, HOOKS):
 from mkdocs.config import load_config  # noqa: E402
 from mkdocs.exceptions import PluginError  # noqa: E402
 
-from lab_site import LabError, claims, markdown, plot, shortcodes, store  # noqa: E402
-from lab_site.fmt import NBSP, format_number, format_quantity, short_commit  # noqa: E402
+from lab_site import LabError, claims, figures, markdown, plot, provenance, runs, shortcodes, store  # noqa: E402
+from lab_site.fmt import NBSP, format_number, format_quantity, format_range, short_commit  # noqa: E402
 from lab_site.series import series_of  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"
 TOPIC = "fixture.launch"
 H200, H100 = "nvidia-h200", "nvidia-h100-80gb-hbm3"
+A100 = "nvidia-a100-sxm4-80gb"
 CPU = "cpu-amd-epyc-9654-96-core-processor"
+US = f"{NBSP}µs"
 
 
 def req(text: str):
@@ -48,8 +52,14 @@ def fixture_store() -> store.Store:
     return store.load([root(FIXTURES / "records")], REPO)
 
 
-def entry(s: store.Store, slug: str) -> store.Entry:
-    return next(e for e in s.entries if e.slug == slug)
+def group(s: store.Store, slug: str) -> store.Group:
+    return next(g for g in s.groups if g.slug == slug)
+
+
+def figure(s: store.Store, slug: str, metric: str, **case) -> figures.Figure:
+    g = group(s, slug)
+    (row,) = figures.select(g, case)
+    return figures.metric(g, row, metric)
 
 
 # -- shortcode parsing -------------------------------------------------------------------
@@ -66,10 +76,13 @@ def test_options_parse_as_json_scalars_or_stay_strings():
 def test_each_shortcode_becomes_its_request():
     assert req("<!-- lab:table t.x metrics=time,speedup layers=32 -->") == \
         shortcodes.TableRequest("t.x", ("time", "speedup"), {"layers": 32})
-    assert req('<!-- lab:plot t.x x=layers y=time series=mode logx=true title="A b" mode=eager -->') == \
-        shortcodes.PlotRequest("t.x", "layers", "time", "mode", True, False, "A b", {"mode": "eager"})
+    assert req('<!-- lab:plot t.x x=layers y=time xlabel="layers of the model" ylabel=time series=mode '
+               'logx=true title="A b" legend="eager:Eager launches,graph:One graph" mode=eager -->') == \
+        shortcodes.PlotRequest("t.x", "layers", "time", "layers of the model", "time", "mode", True, False, "A b",
+                               {"eager": "Eager launches", "graph": "One graph"}, {"mode": "eager"})
     assert req("<!-- lab:value t.x time machine=nvidia-h200 stat=iqr layers=8 -->") == \
-        shortcodes.ValueRequest("t.x", "time", "nvidia-h200", "iqr", {"layers": 8})
+        shortcodes.ValueRequest("t.x", "time", "nvidia-h200", "iqr", "point", {"layers": 8})
+    assert req("<!-- lab:value t.x time spread=range layers=8 -->").spread == "range"
     assert req("<!-- lab:claim t.x speedup >= 2 mode=graph -->") == \
         shortcodes.ClaimRequest("t.x", "speedup", ">=", 2.0, {"mode": "graph"})
     assert req("<!-- lab:notes t.x keys=item,cpu -->") == shortcodes.NotesRequest("t.x", ("item", "cpu"))
@@ -81,9 +94,16 @@ def test_each_shortcode_becomes_its_request():
     ("<!-- lab:table t.x layers=8 extra -->", "positional argument 'extra' after key=value options"),
     ("<!-- lab:table t.x a=1 a=2 -->", "option 'a' given twice"),
     ("<!-- lab:table t.x metrics=a,,b -->", "holds an empty name"),
-    ("<!-- lab:plot t.x y=time -->", "lab:plot needs x="),
-    ("<!-- lab:plot t.x x=a y=b logx=yes -->", "logx= takes true or false"),
+    ("<!-- lab:plot t.x y=time xlabel=a ylabel=b -->", "lab:plot needs x="),
+    ("<!-- lab:plot t.x x=a y=b ylabel=b -->", "lab:plot needs xlabel="),
+    ("<!-- lab:plot t.x x=a y=b xlabel=a -->", "lab:plot needs ylabel="),
+    ("<!-- lab:plot t.x x=a y=b xlabel=a ylabel=b logx=yes -->", "logx= takes true or false"),
+    ('<!-- lab:plot t.x x=a y=b xlabel=a ylabel=b series=s legend="eager" -->', "each entry is value:Text"),
+    ('<!-- lab:plot t.x x=a y=b xlabel=a ylabel=b series=s legend="a:A,a:B" -->', "names 'a' twice"),
+    ('<!-- lab:plot t.x x=a y=b xlabel=a ylabel=b legend="a:A" -->', "legend= renames series: name series="),
     ("<!-- lab:value t.x time stat=mean -->", "stat='mean' is not one of median, iqr, q1, q3, n"),
+    ("<!-- lab:value t.x time spread=wide -->", "spread='wide' is not one of point, range"),
+    ("<!-- lab:value t.x time spread=range stat=iqr -->", "does not go with stat=iqr"),
     ("<!-- lab:claim t.x speedup => 2 -->", "operator '=>' is not one of >= > <= <"),
     ("<!-- lab:claim t.x speedup >= fast -->", "bound 'fast' is not a number"),
     ("<!-- lab:claim t.x speedup >= -->", "takes 4 positional argument(s)"),
@@ -129,7 +149,7 @@ def test_three_significant_figures(value, text):
 
 
 def test_units_as_the_page_writes_them():
-    assert format_quantity(12.345, "us") == f"12.3{NBSP}µs"
+    assert format_quantity(12.345, "us") == f"12.3{US}"
     assert format_quantity(2.5, "x") == "2.50×"
     assert format_quantity(12.8, "%") == "12.8%"
     assert format_quantity(3.35, "TB/s") == f"3.35{NBSP}TB/s"
@@ -139,48 +159,132 @@ def test_units_as_the_page_writes_them():
         format_number(float("inf"))
 
 
+def test_ranges_write_the_unit_once():
+    assert format_range(400, 480, "us") == f"400–480{US}"
+    assert format_range(2.4, 2.6, "x") == "2.40–2.60×"
+    assert format_range(80, 96, "") == "80–96"  # counts
+    assert format_range(412.0, 412.2, "us") == f"412{US}"  # equal as shown: one value
+
+
 def test_commit_with_its_state():
     assert short_commit("0123456789abcdef", False) == "0123456"
     assert short_commit("0123456789abcdef", True) == "0123456 (uncommitted changes)"
     assert short_commit(None, None) == "commit unknown"
 
 
-# -- loading, staleness and selection ------------------------------------------------------
+# -- figures across runs (lab_site.runs) -----------------------------------------------------
 
-def test_records_load_ordered_gpus_first_and_primary_first(fixture_store):
-    assert [e.slug for e in fixture_store.topic(TOPIC, primary=H200)] == [H200, H100, CPU]
-    assert [e.slug for e in fixture_store.topic(TOPIC, primary=H100)] == [H100, H200, CPU]
-    assert [e.slug for e in fixture_store.gpu(TOPIC, primary=None)] == [H100, H200]  # by name
+def test_a_figure_is_the_median_of_the_run_medians_with_their_range():
+    a = runs.across([412.0, 400.0, 480.0])
+    assert (a.count, a.median, a.low, a.high) == (3, 412.0, 400.0, 480.0)
+    assert a.spread == pytest.approx(80 / 412) and a.noisy
+    even = runs.across([1.0, 2.0, 3.0, 10.0])
+    assert even.median == 2.5 and even.spread == pytest.approx(9 / 2.5)
+
+
+def test_one_run_has_no_spread_and_noise_starts_above_fifteen_percent():
+    assert runs.across([5.0]).spread == 0 and not runs.across([5.0]).noisy
+    assert not runs.across([100.0, 100.0, 115.0]).noisy  # exactly 15 %: not noisy
+    assert runs.across([100.0, 100.0, 115.1]).noisy
+    assert runs.across([-2.0, -2.1, -1.9]).spread == pytest.approx(0.1)  # |median|
+    assert runs.across([0.0, 0.0]).spread == 0 and runs.across([-1.0, 0.0, 1.0]).spread == math.inf
+    with pytest.raises(ValueError, match="at least one run"):
+        runs.across([])
+    with pytest.raises(ValueError, match="finite"):
+        runs.across([1.0, float("nan")])
+
+
+# -- loading, grouping, staleness and selection ------------------------------------------------
+
+def test_records_of_both_layouts_load_and_group_by_machine(fixture_store):
+    assert len(fixture_store.entries) == 7 and not fixture_store.broken
+    assert [g.slug for g in fixture_store.topic(TOPIC, primary=H200)] == [H200, H100, CPU]
+    assert [g.slug for g in fixture_store.topic(TOPIC, primary=H100)] == [H100, H200, CPU]
+    assert [g.slug for g in fixture_store.gpu(TOPIC, primary=None)] == [H100, H200]  # by name
     assert fixture_store.topic("other.topic") == []
+    h100 = group(fixture_store, H100)
+    assert [e.run_id for e in h100.runs] == ["v1"] and h100.runs[0].site_uri == f"records/{H100}/{TOPIC}.json"
+    h200 = group(fixture_store, H200)
+    assert [e.run_id for e in h200.runs] == ["run-1", "run-2", "run-3"]  # oldest first
+    assert h200.site_uri == f"records/{H200}/{TOPIC}/run-3.json" and h200.record.notes
 
 
-def test_a_record_of_changed_code_is_stale(fixture_store, tmp_path):
-    assert not entry(fixture_store, H200).stale and not entry(fixture_store, CPU).stale
-    stale = entry(fixture_store, H100)
-    assert stale.stale and stale.stale_reason == "tests/fixtures/fixture_source.txt has changed since this record was made"
-    gone = stale.record.model_copy(update={"source": "examples/gone.py"})
+def test_stale_runs_are_left_out_where_current_ones_exist(fixture_store, tmp_path):
+    h200 = group(fixture_store, H200)
+    assert not h200.stale and [e.run_id for e in h200.left_out] == ["run-0"]
+    h100 = group(fixture_store, H100)  # its only run is stale: shown, with the warning
+    assert h100.stale and not h100.left_out
+    assert h100.stale_reason == "tests/fixtures/fixture_source.txt has changed since this record was made"
+    gone = h100.record.model_copy(update={"source": "examples/gone.py"})
     assert store.staleness(gone, REPO) == (True, "examples/gone.py no longer exists")
+    # All runs stale: all of them count.
+    only_stale = tmp_path / "records"
+    shutil.copytree(FIXTURES / "records" / H200 / TOPIC, only_stale / H200 / TOPIC)
+    for path in (only_stale / H200 / TOPIC).glob("run-[123].json"):
+        path.unlink()
+    shutil.copy(FIXTURES / "records" / H200 / TOPIC / "run-1.json", only_stale / H200 / TOPIC / "run-1.json")
+    data = json.loads((only_stale / H200 / TOPIC / "run-1.json").read_text())
+    (only_stale / H200 / TOPIC / "run-1.json").write_text(json.dumps({**data, "source_sha256": "2" * 64}))
+    g = store.load([root(only_stale)], REPO).groups[0]
+    assert g.stale and [e.run_id for e in g.runs] == ["run-0", "run-1"] and not g.left_out
 
 
-def test_rows_are_selected_by_case_with_json_equality(fixture_store):
-    h200 = entry(fixture_store, H200)
-    assert [r.case for r in store.select(h200, {"layers": 32})] == [
+def test_a_skipped_legacy_record_belongs_to_no_group(fixture_store):
+    (skipped,) = fixture_store.skipped
+    assert skipped.slug == A100 and skipped.skipped == "one GPU: a collective needs at least two"
+    assert A100 not in {g.slug for g in fixture_store.groups}
+    assert skipped in fixture_store.entries  # still served, for Appendix A's link
+
+
+def test_labels_name_the_gpu_and_the_gpus_of_a_multi_gpu_topic(fixture_store):
+    h200 = group(fixture_store, H200)
+    assert h200.label == "NVIDIA H200" and h200.short_label == "H200"
+    assert group(fixture_store, CPU).label == "CPU: AMD EPYC 9654 96-Core Processor"
+    two = h200.record.model_copy(update={"machine": h200.record.machine.model_copy(update={"gpu_count": 2})})
+    run = h200.runs[0].__class__(two, h200.runs[0].path, h200.root, "x.json", False)
+    assert store.Group(h200.root, TOPIC, (run,), multi_gpu=True).label == "2 × NVIDIA H200"
+    assert store.Group(h200.root, TOPIC, (run,), multi_gpu=False).label == "NVIDIA H200"  # a one-GPU topic
+    reader = store.Root(1, Path("/tmp/my-run"), "lab-records/1-my-run", "my-run", True)
+    assert store.Group(reader, TOPIC, (run,), multi_gpu=True).label == "2 × NVIDIA H200 · my-run"
+    assert store.min_gpus(REPO / "examples" / "collectives" / "ring_allreduce.py") == 2
+    assert store.min_gpus(REPO / "examples" / "graphs" / "launch_cost.py") == 1
+
+
+def test_rows_merge_across_runs_and_are_selected_by_case_with_json_equality(fixture_store):
+    h200 = group(fixture_store, H200)
+    assert [r.case for r in figures.select(h200, {"layers": 32})] == [
         {"layers": 32, "mode": "eager"}, {"layers": 32, "mode": "graph"}]
-    assert len(store.select(h200, {"layers": 32.0, "mode": "graph"})) == 1
-    with pytest.raises(store.SelectionError, match=r"no row of topic fixture\.launch on nvidia-h200 has "
-                                                   r"mode=True \(values seen: mode: 'eager', 'graph'\)"):
-        store.select(h200, {"mode": True})
-    with pytest.raises(store.SelectionError, match=r"has no case key 'batch' \(keys: layers, mode\)"):
-        store.select(h200, {"batch": 1})
+    (row,) = figures.select(h200, {"layers": 32.0, "mode": "graph"})
+    speedup = row.metrics["speedup"]
+    assert [e.run_id for e, _ in speedup.per_run] == ["run-1", "run-2", "run-3"]  # not the stale run-0
+    assert (speedup.median, speedup.across.low, speedup.across.high) == (3.1, 3.0, 3.2)
+    with pytest.raises(figures.SelectionError, match=r"no row of topic fixture\.launch on nvidia-h200 has "
+                                                     r"mode=True \(values seen: mode: 'eager', 'graph'\)"):
+        figures.select(h200, {"mode": True})
+    with pytest.raises(figures.SelectionError, match=r"has no case key 'batch' \(keys: layers, mode\)"):
+        figures.select(h200, {"batch": 1})
+
+
+def test_statistics_across_runs_are_medians_of_each_runs(fixture_store):
+    time = figure(fixture_store, H200, "time", layers=8, mode="eager")
+    assert time.median == 412.0 and time.across.noisy
+    assert figures.stat(time, "median") == 412.0
+    assert figures.stat(time, "q1") == pytest.approx(412.0 * 0.97)
+    assert figures.stat(time, "iqr") == pytest.approx(412.0 * 0.07)
+    assert figures.stat(time, "n") == 60
+    with pytest.raises(figures.SelectionError, match="has no iqr"):
+        figures.stat(figure(fixture_store, H200, "speedup", layers=8, mode="graph"), "iqr")
 
 
 def test_the_machine_of_a_value(fixture_store, tmp_path):
     assert fixture_store.machine(TOPIC, None, primary=H200).slug == H200
     assert fixture_store.machine(TOPIC, CPU, primary=H200).slug == CPU
-    # No primary machine with the topic: the first GPU record.
+    # No primary machine with the topic: the first GPU group.
     assert fixture_store.machine(TOPIC, None, primary="nvidia-b200").is_gpu
-    with pytest.raises(LabError, match="no record of topic fixture.launch on machine nvidia-a100"):
-        fixture_store.machine(TOPIC, "nvidia-a100", primary=H200)
+    with pytest.raises(LabError, match="no record of topic fixture.launch on machine nvidia-b200"):
+        fixture_store.machine(TOPIC, "nvidia-b200", primary=H200)
+    with pytest.raises(LabError, match=f"no record of topic fixture.launch on machine {A100}"):
+        fixture_store.machine(TOPIC, A100, primary=H200)  # it skipped the topic
     only_cpu = tmp_path / "cpu"
     shutil.copytree(FIXTURES / "records" / CPU, only_cpu / CPU)
     with pytest.raises(LabError, match="no GPU record of topic fixture.launch"):
@@ -189,14 +293,16 @@ def test_the_machine_of_a_value(fixture_store, tmp_path):
         fixture_store.machine("none.such", None, primary=H200)
 
 
-def test_a_malformed_record_is_kept_with_its_message(tmp_path):
-    bad = tmp_path / "records" / H200 / f"{TOPIC}.json"
+@pytest.mark.parametrize("relative", [f"{H200}/{TOPIC}/run-9.json", f"{H200}/{TOPIC}.json"])
+def test_a_malformed_record_is_kept_with_its_message(tmp_path, relative):
+    bad = tmp_path / "records" / relative
     bad.parent.mkdir(parents=True)
-    data = json.loads((FIXTURES / "records" / H200 / f"{TOPIC}.json").read_text())
+    data = json.loads((FIXTURES / "records" / H200 / TOPIC / "run-1.json").read_text())
+    data["run"]["id"] = "run-9"
     data["results"][0]["metrics"]["time"]["median"] = "fast"
     bad.write_text(json.dumps(data))
     s = store.load([root(tmp_path / "records")], REPO)
-    assert s.entries == [] and list(s.broken) == [bad]
+    assert s.entries == [] and list(s.broken) == [bad] and s.broken_topics == {bad: TOPIC}
     with pytest.raises(LabError, match=rf"record {re.escape(str(bad))} of topic fixture.launch is malformed: "
                                        r".*results\.0\.metrics\.time\.median"):
         s.topic(TOPIC)
@@ -222,19 +328,35 @@ def check(s, text):
     return claims.evaluate("chapter.md", request, s.gpu(request.topic, H200))
 
 
-def test_a_claim_holds_when_every_selected_row_on_every_gpu_satisfies_it(fixture_store):
+def test_a_claim_holds_when_every_selected_row_of_every_run_on_every_gpu_satisfies_it(fixture_store):
     result = check(fixture_store, "<!-- lab:claim fixture.launch speedup >= 2 mode=graph -->")
     assert result.holds
-    assert [(v.machine, v.worst, v.rows) for v in result.verdicts] == [(H200, 2.5, 2), (H100, 2.2, 2)]
+    assert [(v.machine, v.worst, v.rows, v.runs) for v in result.verdicts] == [(H200, 2.4, 2, 3), (H100, 2.2, 2, 1)]
     assert [v.stale for v in result.verdicts] == [False, True]
+    h200 = result.verdicts[0]
+    assert [(r.run, r.worst, r.holds) for r in h200.per_run] == [
+        ("run-1", 2.5, True), ("run-2", 2.4, True), ("run-3", 2.6, True)]
+    report = result.to_json()
+    assert report["holds"] is True and report["runs_min"] == 1
+    assert report["verdicts"][0]["runs"] == 3 and report["verdicts"][0]["per_run"][1] == {
+        "run": "run-2", "worst": 2.4, "holds": True, "record": f"records/{H200}/{TOPIC}/run-2.json"}
+
+
+def test_one_run_that_breaks_a_claim_breaks_it_though_the_median_keeps_it(fixture_store):
+    result = check(fixture_store, "<!-- lab:claim fixture.launch speedup >= 2.45 mode=graph layers=8 -->")
+    (h200,) = [v for v in result.verdicts if v.machine == H200]
+    assert figure(fixture_store, H200, "speedup", layers=8, mode="graph").median == 2.5  # the median holds
+    assert not h200.holds and h200.worst == 2.4 and h200.failing == 1
+    assert h200.record == f"records/{H200}/{TOPIC}/run-2.json"  # the run that breaks it
 
 
 @pytest.mark.parametrize("text, violated", [
-    ("speedup >= 3 mode=graph", {H200: 2.5, H100: 2.2}),
-    ("speedup <= 3 mode=graph", {H200: 3.1}),
-    ("speedup > 2.5 mode=graph layers=8", {H200: 2.5, H100: 2.2}),  # 2.5 > 2.5 is false
-    ("speedup < 2.5 mode=graph layers=8", {H200: 2.5}),
+    ("speedup >= 3 mode=graph", {H200: 2.4, H100: 2.2}),
+    ("speedup <= 3 mode=graph", {H200: 3.2}),
+    ("speedup > 2.5 mode=graph layers=8", {H200: 2.4, H100: 2.2}),  # 2.5 > 2.5 is false
+    ("speedup < 2.5 mode=graph layers=8", {H200: 2.6}),
     ("time < 500 mode=eager layers=8", {}),
+    ("time < 470 mode=eager layers=8", {H200: 480}),  # run-3 only
 ])
 def test_violations_name_the_machine_and_the_value_nearest_the_bound(fixture_store, text, violated):
     result = check(fixture_store, f"<!-- lab:claim fixture.launch {text} -->")
@@ -243,9 +365,9 @@ def test_violations_name_the_machine_and_the_value_nearest_the_bound(fixture_sto
 
 
 def test_a_claim_on_a_missing_metric_or_row_is_an_error(fixture_store):
-    with pytest.raises(store.SelectionError, match=r"no metric 'speedup' for layers=8 mode='eager'"):
+    with pytest.raises(figures.SelectionError, match=r"no metric 'speedup' for layers=8 mode='eager'"):
         check(fixture_store, "<!-- lab:claim fixture.launch speedup >= 2 -->")
-    with pytest.raises(store.SelectionError, match="has layers=64"):
+    with pytest.raises(figures.SelectionError, match="has layers=64"):
         check(fixture_store, "<!-- lab:claim fixture.launch time < 1 layers=64 -->")
 
 
@@ -253,31 +375,57 @@ def test_a_claim_without_gpu_records_does_not_hold():
     result = claims.evaluate("chapter.md", req("<!-- lab:claim x.y m > 1 -->"), [])
     assert not result.holds
     assert "no GPU record" in markdown.claim(result, {})
-    assert result.to_json()["verdicts"] == [] and result.to_json()["claim"] == "x.y m > 1"
+    report = result.to_json()
+    assert report["verdicts"] == [] and report["claim"] == "x.y m > 1" and report["runs_min"] == 0
 
 
 # -- rendering -----------------------------------------------------------------------------
 
-def link(e: store.Entry) -> str:
+def link(e) -> str:
     return f"../{e.site_uri}"
 
 
-def test_table_tabs_with_provenance_link_and_table(fixture_store):
+def tab(text: str, label: str) -> str:
+    """The body of one tab of a rendered set."""
+    return re.split(r'^===!? "', text.split(f'"{label}"\n', 1)[1], flags=re.M)[0]
+
+
+def test_table_tabs_carry_the_provenance_of_every_run(fixture_store):
     text = markdown.table(req("<!-- lab:table fixture.launch -->"), fixture_store.topic(TOPIC, H200), link)
     labels = re.findall(r'^===!? "(.*)"$', text, flags=re.M)
-    assert labels == ["NVIDIA H200", "NVIDIA H100 80GB HBM3", "CPU: AMD EPYC 9654 96-Core Processor"]
+    assert labels == ["NVIDIA H200", "NVIDIA H100 80GB HBM3", "CPU: AMD EPYC 9654 96-Core Processor"]  # no A100
     assert text.startswith('===! "NVIDIA H200"') and text.count("===!") == 1
-    h200 = text.split('=== "')[0]
+    h200 = tab(text, "NVIDIA H200")
     for part in ("NVIDIA H200 · 132 SMs · driver 580.95.05 · CUDA 12.8 · torch 2.13.0 · Triton 3.6.0",
-                 "run 2026-11-20", "commit 0123456", "60 repetitions after 25 warm-up, timer `cuda_event`",
-                 f"[record (JSON)](../records/{H200}/{TOPIC}.json)",
-                 "    | layers | mode | time | speedup |", "    |:--|:--|--:|--:|",
-                 f'    | 32 | graph | 526{NBSP}µs <span class="lab-iqr"', "| 3.10× |", "| 8 | eager | 412"):
+                 "3 runs 2026-11-20 to 2026-11-22, commit 0123456 (1 stale run of older code left out)",
+                 f"SM 1,410–1,755{NBSP}MHz, 690 W of 700 W under load",
+                 "timer `cuda_event` (60 repetitions after 25 warm-up)",
+                 f'runs (JSON): [1](../records/{H200}/{TOPIC}/run-1.json "run run-1, 2026-11-20") '
+                 f'[2](../records/{H200}/{TOPIC}/run-2.json "run run-2, 2026-11-21") [3](',
+                 "    | layers | mode | time | speedup |", "    |:--|:--|--:|--:|", "| 3.10× <span"):
         assert part in h200, part
+    assert "run-0" not in h200 and markdown.STALE_TITLE not in h200
     assert "| — |" in h200  # eager rows have no speedup
-    assert markdown.STALE_TITLE not in h200
-    h100 = text.split('=== "NVIDIA H100 80GB HBM3"')[1].split('=== "CPU')[0]
+    h100 = tab(text, "NVIDIA H100 80GB HBM3")
     assert f'!!! warning "{markdown.STALE_TITLE}"' in h100 and "python -m examples.lab run fixture.launch" in h100
+    assert "1 run 2026-11-18" in h100 and f"[1](../records/{H100}/{TOPIC}.json" in h100
+    assert "timer `cuda_event` (60 repetitions)" in h100  # a legacy record has no per-metric warm-up
+
+
+def test_cells_show_the_run_to_run_range_and_flag_noisy_figures(fixture_store):
+    text = markdown.table(req("<!-- lab:table fixture.launch metrics=time layers=8 -->"),
+                          fixture_store.topic(TOPIC, H200), link)
+    h200 = tab(text, "NVIDIA H200")
+    eager = next(line for line in h200.splitlines() if "| eager |" in line)
+    graph = next(line for line in h200.splitlines() if "| graph |" in line)
+    assert f'<span class="lab-noisy" title="{markdown.NOISY_TITLE}: here 19 % of the median">⚠</span> 412{US}' in eager
+    assert markdown.NOISY_TITLE == "runs differ by more than 15 %"
+    assert f'<span class="lab-runs" title="run-to-run range: the lowest and highest median of 3 independent runs; ' \
+           f'within a run, IQR 28.8{US} (q3 − q1, median over runs)">range 400–480{US}, 3 runs</span>' in eager
+    assert "lab-noisy" not in graph and "range 165–185" in graph
+    # One run: no range, the IQR of its repetitions instead.
+    cpu = tab(text, "CPU: AMD EPYC 9654 96-Core Processor")
+    assert "lab-runs" not in cpu and f'IQR 6.65{US}</span>' in cpu
 
 
 def test_machines_without_the_rows_asked_for_are_left_out(fixture_store):
@@ -285,20 +433,21 @@ def test_machines_without_the_rows_asked_for_are_left_out(fixture_store):
                           fixture_store.topic(TOPIC, H200), link)
     assert re.findall(r'^===!? "(.*)"$', text, flags=re.M) == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
     assert text.count("    | layers | mode | speedup |\n    |:--|:--|--:|\n") == 2 and "| time |" not in text
-    with pytest.raises(store.SelectionError, match="no metric 'latency'"):
+    assert "timer" not in text  # computed figures name no timer
+    with pytest.raises(figures.SelectionError, match="no metric 'latency'"):
         markdown.table(req("<!-- lab:table fixture.launch metrics=latency -->"), fixture_store.topic(TOPIC), link)
-    with pytest.raises(store.SelectionError, match="has mode='replay'"):
+    with pytest.raises(figures.SelectionError, match="has mode='replay'"):
         markdown.table(req("<!-- lab:table fixture.launch mode=replay -->"), fixture_store.topic(TOPIC), link)
 
 
 def test_naming_metrics_drops_rows_that_have_none_of_them(fixture_store):
     text = markdown.table(req("<!-- lab:table fixture.launch metrics=speedup -->"),
                           fixture_store.topic(TOPIC, H200), link)
-    h200 = text.split('=== "NVIDIA H100')[0]
+    h200 = tab(text, "NVIDIA H200")
     assert "| graph |" in h200 and "| eager |" not in h200  # eager rows have no speedup
 
 
-def test_notes_spread_mappings_over_columns(fixture_store):
+def test_notes_come_from_the_latest_run_and_spread_mappings_over_columns(fixture_store):
     text = markdown.notes(req("<!-- lab:notes fixture.launch -->"), fixture_store.topic(TOPIC, H200), link)
     assert re.findall(r'^===!? "(.*)"$', text, flags=re.M) == ["NVIDIA H200"]  # only it has notes
     assert "    | note | raised | then, ending the capture | value |\n    |:--|:--|:--|:--|\n" in text
@@ -309,52 +458,66 @@ def test_notes_spread_mappings_over_columns(fixture_store):
     assert "| sizes | — | — | 8; 32 |" in text
     only = markdown.notes(req("<!-- lab:notes fixture.launch keys=sizes -->"), fixture_store.topic(TOPIC), link)
     assert "| note | value |" in only and "item" not in only
-    with pytest.raises(store.SelectionError, match="has no note 'nope' \\(notes: item, cpu, kernel, sizes\\)"):
+    with pytest.raises(figures.SelectionError, match="has no note 'nope' \\(notes: item, cpu, kernel, sizes\\)"):
         markdown.notes(req("<!-- lab:notes fixture.launch keys=nope -->"), fixture_store.topic(TOPIC, H200), link)
 
 
-def test_a_record_of_notes_only_claims_no_timer(fixture_store):
-    import dataclasses
+def test_the_timers_named_are_those_of_the_metrics_shown():
+    def m(method, n=None, warmup=None, inner=None):
+        from examples.lab.records import Metric
+        return Metric(unit="us", median=1.0, method=method, n=n, warmup=warmup, inner=inner)
 
-    h200 = entry(fixture_store, H200)
-    timed = markdown.provenance(h200, "x.json")
-    notes_only = dataclasses.replace(h200, record=h200.record.model_copy(update={"results": []}))
-    assert "repetitions" in timed and "repetitions" not in markdown.provenance(notes_only, "x.json")
+    assert provenance.methods([]) is None and provenance.methods([m("computed")]) is None
+    assert provenance.methods([m("cuda_event", 60, 25), m("cuda_event", 20, 25, 10), m("computed")]) == \
+        "timer `cuda_event` (20–60 repetitions after 25 warm-up 10 calls per sample)"
+    assert provenance.methods([m("cuda_event", 60, 25), m("cuda_event, rank 0", 50)]) == \
+        "timer `cuda_event` (60 repetitions after 25 warm-up); timer `cuda_event, rank 0` (50 repetitions)"
 
 
-def test_value_is_one_number_with_its_provenance_in_the_title(fixture_store):
-    h200 = entry(fixture_store, H200)
+def test_value_is_the_median_across_runs_with_the_range_in_its_title(fixture_store):
+    h200 = group(fixture_store, H200)
     html = markdown.value(req("<!-- lab:value fixture.launch time layers=32 mode=graph -->"), h200)
     title = re.search(r'title="([^"]*)"', html)[1]
-    assert html.endswith(f">526{NBSP}µs</span>") and 'class="lab-value"' in html
-    assert title.startswith("NVIDIA H200 (nvidia-h200) · median 526") and "IQR 36.8" in title
-    assert "n = 60" in title and "run 2026-11-20" in title
+    assert html.endswith(f">526{US}</span>") and 'class="lab-value"' in html
+    assert title.startswith(f"NVIDIA H200 (nvidia-h200) · median of 3 runs 526{US} · "
+                            f"run-to-run range 516–537{US} (4 % of the median) · IQR within a run 36.8{US}")
+    assert "n = 60" in title and "runs 2026-11-20 to 2026-11-22" in title
     n = markdown.value(req("<!-- lab:value fixture.launch time layers=32 mode=graph stat=n -->"), h200)
     assert n.endswith(">60</span>")
-    stale = markdown.value(req("<!-- lab:value fixture.launch speedup layers=8 mode=graph -->"), entry(fixture_store, H100))
-    assert "lab-value--stale" in stale and stale.endswith(">2.20×</span>")
+    ranged = markdown.value(req("<!-- lab:value fixture.launch time layers=8 mode=eager spread=range -->"), h200)
+    assert ranged.endswith(f">400–480{US}</span>")
+    stale = markdown.value(req("<!-- lab:value fixture.launch speedup layers=8 mode=graph -->"), group(fixture_store, H100))
+    assert "lab-value--stale" in stale and stale.endswith(">2.20×</span>") and "median of 1 run 2.20×" in stale
     with pytest.raises(LabError, match="needs exactly one row .* the filters select 2"):
         markdown.value(req("<!-- lab:value fixture.launch time layers=32 -->"), h200)
-    with pytest.raises(store.SelectionError, match="has no iqr"):
+    with pytest.raises(figures.SelectionError, match="has no iqr"):
         markdown.value(req("<!-- lab:value fixture.launch speedup layers=8 mode=graph stat=iqr -->"), h200)
 
 
-def test_claim_badges(fixture_store):
+def test_claim_badges_count_the_runs(fixture_store):
     result = check(fixture_store, "<!-- lab:claim fixture.launch speedup >= 3 mode=graph layers=32 -->")
-    labels = {e.site_uri: e.short_label for e in fixture_store.entries}
+    labels = {g.key: g.short_label for g in fixture_store.groups}
     html = markdown.claim(result, labels)
-    assert ">H200 ✓ 3.10×</span>" in html and ">H100 80GB HBM3 ✗ VIOLATED: 2.80×</span>" in html
+    assert ">H200 ✓ 3.00× (3 runs)</span>" in html and ">H100 80GB HBM3 ✗ VIOLATED: 2.80× (1 of 1 run)</span>" in html
     assert html.count("lab-claim--holds") == 1 and html.count("lab-claim--violated") == 1
+    title = re.search(r'title="([^"]*)"', html)[1]
+    assert "lowest per run: run run-1: 3.10×; run run-2: 3.00×; run run-3: 3.20×" in title
 
 
-def test_plot_series_and_svg(fixture_store):
-    h200 = entry(fixture_store, H200)
-    request = req("<!-- lab:plot fixture.launch x=layers y=time series=mode logx=true -->")
-    series, unit = series_of(request, h200)
-    assert unit == "us" and [s.label for s in series] == ["mode=eager", "mode=graph"]
-    assert [p.x for p in series[0].points] == [8, 32] and series[0].points[0].q1 is not None
-    svg = plot.line_plot(series, xlabel="layers", ylabel="time (µs)", logx=True, uid="t1")
-    assert svg.startswith('<svg class="lab-plot__svg" role="img" aria-label="time (µs) against layers"')
+def test_plot_series_are_medians_with_a_band_across_runs(fixture_store):
+    h200 = group(fixture_store, H200)
+    request = req('<!-- lab:plot fixture.launch x=layers y=time xlabel="layers" ylabel="time per step" '
+                  'series=mode legend="graph:CUDA graph" logx=true -->')
+    series, unit, drawn = series_of(request, h200)
+    assert unit == "us" and [s.label for s in series] == ["eager", "CUDA graph"] and len(drawn) == 4
+    assert [s.key for s in series] == ["eager", "graph"]
+    first = series[0].points[0]
+    assert (first.x, first.y, first.low, first.high, first.q1) == (8, 412.0, 400.0, 480.0, None)
+    cpu = series_of(request, group(fixture_store, CPU))[0][0].points[0]  # one run: quartiles, no band
+    assert cpu.low is None and cpu.q1 == pytest.approx(95 * 0.97)
+    svg = plot.line_plot(series, xlabel="layers", ylabel="time per step (µs)", logx=True, uid="t1")
+    assert svg.startswith('<svg class="lab-plot__svg" role="img" aria-label="time per step (µs) against layers"')
+    assert ">time per step (µs)<" in svg and ">CUDA graph<" in svg and ">mode=" not in svg
     assert plot.SENTINEL not in svg and "currentColor" in svg
     assert "<text" in svg and "font-family: inherit" in svg and "DejaVu" not in svg
     assert not re.search(r'<svg[^>]* width=', svg) and "viewBox" in svg
@@ -362,10 +525,13 @@ def test_plot_series_and_svg(fixture_store):
     assert ids and all(i.startswith("t1-") for i in ids)
     assert all(ref[1:] in ids for ref in re.findall(r'href="(#[^"]+)"', svg))
     assert plot.COLORS[0] in svg and plot.COLORS[1] in svg
+    assert "fill-opacity: 0.18" in svg or 'fill-opacity="0.18"' in svg  # the bands
+    single = plot.line_plot(series_of(request, group(fixture_store, CPU))[0], xlabel="l", ylabel="t", uid="t2")
+    assert "0.18" not in single  # one run: no band
     with pytest.raises(LabError, match=r"several rows at layers=8; filter on mode or name series="):
-        series_of(req("<!-- lab:plot fixture.launch x=layers y=time -->"), h200)
-    with pytest.raises(store.SelectionError, match="no selected row has the metric 'speedup'"):
-        series_of(req("<!-- lab:plot fixture.launch x=layers y=speedup mode=eager -->"), h200)
+        series_of(req("<!-- lab:plot fixture.launch x=layers y=time xlabel=a ylabel=b -->"), h200)
+    with pytest.raises(figures.SelectionError, match="no selected row has the metric 'speedup'"):
+        series_of(req("<!-- lab:plot fixture.launch x=layers y=speedup xlabel=a ylabel=b mode=eager -->"), h200)
 
 
 def test_series_colours_read_on_both_palettes():
@@ -391,7 +557,7 @@ def hook(tmp_path, monkeypatch):
 
 
 def page(src: str = "chapter.md"):
-    return SimpleNamespace(file=SimpleNamespace(src_uri=src))
+    return SimpleNamespace(file=SimpleNamespace(src_uri=src), url=src.replace(".md", "/"))
 
 
 def run(hook, text: str, src: str = "chapter.md") -> str:
@@ -401,28 +567,51 @@ def run(hook, text: str, src: str = "chapter.md") -> str:
 def test_the_hook_expands_and_records_claims(hook, caplog):
     with caplog.at_level(logging.INFO, logger="mkdocs.plugins.lab"):
         out = run(hook, "It holds: <!-- lab:claim fixture.launch speedup >= 3 mode=graph -->\n\n"
-                        "<!-- lab:plot fixture.launch x=layers y=time series=mode -->\n", src="part/chapter.md")
+                        '<!-- lab:plot fixture.launch x=layers y=time series=mode xlabel="layers" '
+                        'ylabel="time per step" -->\n', src="part/chapter.md")
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == [
         "part/chapter.md: claim 'fixture.launch speedup >= 3 mode=\"graph\"' is VIOLATED on nvidia-h200: "
-        f"measured 2.50×, bound >= 3 (record lab-records/0-records/{H200}/{TOPIC}.json)",
+        f"measured 2.40×, bound >= 3, in 3 of 3 runs (record lab-records/0-records/{H200}/{TOPIC}/run-2.json)",
         "part/chapter.md: claim 'fixture.launch speedup >= 3 mode=\"graph\"' is VIOLATED on nvidia-h100-80gb-hbm3: "
-        f"measured 2.20×, bound >= 3 (record lab-records/0-records/{H100}/{TOPIC}.json)",
+        f"measured 2.20×, bound >= 3, in 1 of 1 run (record lab-records/0-records/{H100}/{TOPIC}.json)",
     ]
     infos = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     assert any("nvidia-h100-80gb-hbm3" in m and "earlier version of this code" in m for m in infos)
-    # A root outside docs/ is served under lab-records/; the link is relative to the page.
-    assert f"(../lab-records/0-records/{H200}/{TOPIC}.json)" in out
+    # A root outside docs/ is served under lab-records/; the links are relative to the page.
+    assert f"(../lab-records/0-records/{H200}/{TOPIC}/run-1.json" in out
     tokens = re.findall(r"LABPLOT[0-9a-f]{8}", out)
     assert len(tokens) == 3  # one plot per machine
     html = hook.module.on_page_content("".join(f"<p>{t}</p>" for t in tokens), page=page("part/chapter.md"),
                                        config=hook.config, files=None)
     assert html.count('<figure class="lab-plot"><svg') == 3
+    assert "median of 3 runs with their range" in html and ">time per step (µs)<" in html
     hook.module.on_post_build(hook.config)
     report = json.loads((Path(hook.config.site_dir) / "claims.json").read_text())
     [only] = report["claims"]
-    assert only["page"] == "part/chapter.md" and only["holds"] is False
-    assert [v["machine"] for v in only["verdicts"]] == [H200, H100]
+    assert only["page"] == "part/chapter.md" and only["holds"] is False and only["runs_min"] == 1
+    assert [(v["machine"], v["runs"], v["holds"]) for v in only["verdicts"]] == [(H200, 3, False), (H100, 1, False)]
+
+
+def test_a_noisy_value_warns_unless_it_quotes_the_range(hook, caplog):
+    with caplog.at_level(logging.WARNING, logger="mkdocs.plugins.lab"):
+        quiet = run(hook, "<!-- lab:value fixture.launch time layers=32 mode=eager -->\n")
+        ranged = run(hook, "<!-- lab:value fixture.launch time layers=8 mode=eager spread=range -->\n")
+        assert not caplog.records
+        noisy = run(hook, "<!-- lab:value fixture.launch time layers=8 mode=eager -->\n", src="part/noisy.md")
+    assert f">1,630{US}</span>" in quiet and f">400–480{US}</span>" in ranged and f">412{US}</span>" in noisy
+    assert [r.getMessage() for r in caplog.records] == [
+        "part/noisy.md: lab:value fixture.launch time (layers=8 mode=eager) on nvidia-h200: the runs differ by "
+        f"more than 15 % (400–480{US} over 3 runs); quote the range with spread=range"]
+
+
+def test_a_plot_without_axis_words_or_with_an_unknown_legend_names_the_page(hook):
+    with pytest.raises(PluginError, match=r"part/chapter\.md: .*lab:plot needs xlabel="):
+        run(hook, "<!-- lab:plot fixture.launch x=layers y=time series=mode ylabel=time -->\n", src="part/chapter.md")
+    with pytest.raises(PluginError, match=r"chapter\.md: .*legend= names 'replay', which no series of mode has "
+                                          r"\(values: eager, graph\)"):
+        run(hook, '<!-- lab:plot fixture.launch x=layers y=time series=mode xlabel=a ylabel=b '
+                  'legend="replay:Replay" -->\n')
 
 
 def test_a_claim_with_no_gpu_record_is_a_warning(hook, caplog, tmp_path):
@@ -457,13 +646,13 @@ def test_errors_name_the_page_and_the_shortcode(hook, text, message):
 def test_a_malformed_record_fails_naming_the_page_and_the_file(hook, tmp_path):
     records = tmp_path / "records"
     shutil.copytree(FIXTURES / "records", records)
-    broken = records / H200 / f"{TOPIC}.json"
-    broken.write_text(broken.read_text().replace('"schema_version": 1', '"schema_version": 2'))
+    broken = records / H200 / TOPIC / "run-2.json"
+    broken.write_text(broken.read_text().replace('"schema_version": 2', '"schema_version": 3'))
     hook.config.extra["lab"] = {"record_roots": [str(records)], "primary_machine": H200}
     hook.module.on_config(hook.config)
     hook.module.on_pre_build(hook.config)
     with pytest.raises(PluginError, match=rf"chapter\.md: .*record {re.escape(str(broken))} of topic "
-                                          r"fixture\.launch is malformed: .*schema_version 2"):
+                                          r"fixture\.launch is malformed: .*schema_version 3"):
         run(hook, "<!-- lab:table fixture.launch -->\n")
     with pytest.raises(PluginError, match="malformed record.*that no page uses yet"):
         hook.module.on_post_build(hook.config)

@@ -1,15 +1,19 @@
 """Your records beside the book's: ``python -m examples.lab compare DIR``.
 
-A *figure* is one metric of one case of one topic: ``(topic, case, metric)``. The
-comparison pairs every figure that both the book's machine (``docs/records/nvidia-h200``
-unless told otherwise) and a machine of the reader's ``DIR`` measured, with the ratio
-reader / book, and counts the figures only one side has. A reader's CPU run overlaps
-the book's GPU records only where the quick sizes match the book's cases; no overlap
-is a result, not an error.
+A *figure* is one metric of one case of one topic: ``(topic, case, metric)``. Each side
+may hold several independent runs of a topic (``<machine>/<topic>/<run id>.json``);
+its figure is then the median across its runs of each run's median, as the site shows
+it. The comparison pairs every figure that both the book's machine
+(``docs/records/nvidia-h200`` unless told otherwise) and a machine of the reader's
+``DIR`` measured, with the ratio reader / book and the book's run-to-run range (the
+lowest and highest run median: a ratio inside it is no difference), and counts the
+figures only one side has. A reader's CPU run overlaps the book's GPU records only
+where the quick sizes match the book's cases; no overlap is a result, not an error.
 """
 from __future__ import annotations
 
 import json
+import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,10 +32,28 @@ class Figure:
     case: dict[str, Scalar]
     metric: str
     unit: str
+    #: Median across the book's runs, and the lowest and highest of their medians.
     book: float
+    book_low: float
+    book_high: float
+    book_runs: int
+    #: Median across the reader's runs.
     reader: float
+    reader_runs: int
     #: reader / book; None where the units differ or the book's figure is zero.
     ratio: float | None
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """One figure of one side: each run's median, in one unit."""
+
+    unit: str
+    values: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
 
 
 @dataclass
@@ -60,14 +82,19 @@ def _label(record: Record) -> str:
     return m.gpu_name if m.device == "cuda" and m.gpu_name else f"CPU: {m.host_cpu}"
 
 
-def _figures(records: list[Record]) -> dict[Key, tuple[float, str]]:
-    out: dict[Key, tuple[float, str]] = {}
-    for record in records:
+def _figures(records: list[Record]) -> dict[Key, _Runs]:
+    """Every figure of some records of one machine, over all the runs that measured it."""
+    values: dict[Key, list[float]] = {}
+    units: dict[Key, str] = {}
+    for record in sorted(records, key=lambda r: (r.run.date, r.run.id)):
         for row in record.results:
             case = tuple(sorted(row.case.items()))
             for name, m in row.metrics.items():
-                out[(record.topic, case, name)] = (m.median, m.unit)
-    return out
+                key = (record.topic, case, name)
+                # A run in another unit cannot share a median: the first run's unit counts.
+                if units.setdefault(key, m.unit) == m.unit:
+                    values.setdefault(key, []).append(m.median)
+    return {key: _Runs(units[key], tuple(v)) for key, v in values.items()}
 
 
 def _same_value(a: Scalar, b: Scalar) -> bool:
@@ -88,15 +115,16 @@ def compare_machine(book: list[Record], reader: list[Record]) -> MachineComparis
     theirs = _figures(reader)
     by_key = {(t, _case_key(c), m): (t, c, m) for (t, c, m) in mine}
     matched_book: set[Key] = set()
-    for (topic, case, name), (value, unit) in theirs.items():
+    for (topic, case, name), reader in theirs.items():
         key = by_key.get((topic, _case_key(case), name))
         if key is None:
             result.only_reader[topic] = result.only_reader.get(topic, 0) + 1
             continue
         matched_book.add(key)
-        book_value, book_unit = mine[key]
-        ratio = value / book_value if unit == book_unit and book_value != 0 else None
-        result.figures.append(Figure(topic, dict(case), name, unit, book_value, value, ratio))
+        book = mine[key]
+        ratio = reader.median / book.median if reader.unit == book.unit and book.median != 0 else None
+        result.figures.append(Figure(topic, dict(case), name, reader.unit, book.median, min(book.values),
+                                     max(book.values), len(book.values), reader.median, len(reader.values), ratio))
     left = Counter(t for (t, _c, _m) in mine if (t, _c, _m) not in matched_book)
     result.only_book = dict(sorted(left.items()))
     result.only_reader = dict(sorted(result.only_reader.items()))
@@ -132,6 +160,10 @@ def _number(value: float, unit: str) -> str:
     return f"{value:.4g} {unit}".rstrip()
 
 
+def _range(low: float, high: float, unit: str) -> str:
+    return _number(low, unit) if f"{low:.4g}" == f"{high:.4g}" else f"{low:.4g}-{_number(high, unit)}"
+
+
 def _case_text(case: dict[str, Scalar]) -> str:
     return " ".join(f"{k}={json.dumps(v) if isinstance(v, str) else v}" for k, v in case.items()) or "-"
 
@@ -143,14 +175,18 @@ def _topics(counts: dict[str, int]) -> str:
 def text(result: Comparison) -> str:
     lines = [f"book:   {result.book_label} ({result.book_machine}) from {result.book_root}"]
     if not result.machines:
-        lines.append(f"reader: {result.reader_root} holds no records (expected <machine>/<topic>.json)")
+        lines.append(f"reader: {result.reader_root} holds no records (expected <machine>/<topic>/<run>.json)")
         return "\n".join(lines)
     for m in result.machines:
         lines += ["", f"reader: {m.label} ({m.machine}) from {result.reader_root}"]
         if m.figures:
-            header = ("topic", "case", "metric", "book", "reader", "reader/book")
+            lines.append("each figure: the median across runs of each run's median; "
+                         "book range: the lowest and highest of the book's run medians")
+            header = ("topic", "case", "metric", "book", "book range (runs)", "reader (runs)", "reader/book")
             rows = [
-                (f.topic, _case_text(f.case), f.metric, _number(f.book, f.unit), _number(f.reader, f.unit),
+                (f.topic, _case_text(f.case), f.metric, _number(f.book, f.unit),
+                 f"{_range(f.book_low, f.book_high, f.unit)} ({f.book_runs})",
+                 f"{_number(f.reader, f.unit)} ({f.reader_runs})",
                  f"{f.ratio:.3g}x" if f.ratio is not None else "n/a")
                 for f in m.figures
             ]

@@ -5,16 +5,28 @@ roots of ``extra.lab.record_roots`` (and the folders named in the environment va
 ``extra.lab.extra_records_env``), every file validated by ``examples.lab.records``:
 
     <!-- lab:table TOPIC [metrics=a,b] [key=value ...] -->
-    <!-- lab:plot TOPIC x=KEY y=METRIC [series=KEY] [logx=true] [logy=true] [title="..."] [key=value ...] -->
-    <!-- lab:value TOPIC METRIC [machine=SLUG] [stat=median|iqr|q1|q3|n] [key=value ...] -->
+    <!-- lab:plot TOPIC x=KEY y=METRIC xlabel="words" ylabel="words" [series=KEY]
+         [legend="value:Text,value:Text"] [logx=true] [logy=true] [title="..."] [key=value ...] -->
+    <!-- lab:value TOPIC METRIC [machine=SLUG] [stat=median|iqr|q1|q3|n] [spread=range] [key=value ...] -->
     <!-- lab:claim TOPIC METRIC OP BOUND [key=value ...] -->     (OP: >= > <= <)
     <!-- lab:notes TOPIC [keys=a,b] -->                           (what an example observed)
     <!-- lab:calculator NAME [machine=SLUG] -->                   (a live model; lab_site/calculators.py)
     <!-- lab:generated NAME -->                                   (machines, records, claims, glossary: generated.py)
 
-A problem in a page or a record stops the build with the page named; a claim that a GPU
-record contradicts, or that no GPU record can check, is a warning, so ``--strict`` fails.
-Every claim and its verdicts go to ``claims.json`` at the top of the built site.
+A topic has many independent runs per kind of machine; a page shows one tab per group
+of runs (``lab_site.store.Group``) and every figure is the median across the runs of
+each run's median, with the run-to-run range beside it (``lab_site.runs``). A figure
+whose runs differ by more than 15 % of that median is *noisy*: tables flag it, and a
+``lab:value`` of one is a warning (so ``--strict`` fails) unless it says
+``spread=range``, which quotes the range "a–b" instead of one number. A plot names its
+axes in words (``xlabel``, ``ylabel``; the y unit is appended), draws the median of
+each series with a band from the lowest to the highest run, and labels each series
+with its value, or as ``legend=`` renames it.
+
+A problem in a page or a record stops the build with the page named; a claim that a run
+of the book's GPU records contradicts, or that no GPU record can check, is a warning, so
+``--strict`` fails. Every claim and its verdicts (per GPU, with its runs) go to
+``claims.json`` at the top of the built site.
 """
 from __future__ import annotations
 
@@ -43,8 +55,8 @@ from lab_site import claims as claims_mod  # noqa: E402
 from lab_site import generated  # noqa: E402
 from lab_site import markdown as render  # noqa: E402
 from lab_site import plot as plot_mod  # noqa: E402
-from lab_site import shortcodes, store  # noqa: E402
-from lab_site.fmt import format_quantity  # noqa: E402
+from lab_site import runs, shortcodes, store  # noqa: E402
+from lab_site.fmt import format_quantity, format_range, plural  # noqa: E402
 from lab_site.series import series_of  # noqa: E402
 
 log = logging.getLogger("mkdocs.plugins.lab")
@@ -94,7 +106,8 @@ def on_pre_build(config: MkDocsConfig) -> None:
     except LabError as exc:
         raise PluginError(f"records: {exc}") from None
     state.store = store.load(roots, state.config_dir)
-    log.info("records: %d loaded from %s", len(state.store.entries), ", ".join(str(r.path) for r in roots))
+    log.info("records: %d runs in %d groups loaded from %s", len(state.store.entries), len(state.store.groups),
+             ", ".join(str(r.path) for r in roots))
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
@@ -152,77 +165,99 @@ def _html_link(page: Page):
     return lambda entry: posixpath.relpath(entry.site_uri, base or ".")
 
 
-def _note_stale(page: Page, entries: list[store.Entry]) -> None:
-    for e in entries:
-        key = (page.file.src_uri, e.site_uri)
-        if e.stale and key not in state.stale_noted:
+def _note_stale(page: Page, groups: list[store.Group]) -> None:
+    for g in groups:
+        key = (page.file.src_uri, g.key)
+        if g.stale and key not in state.stale_noted:
             state.stale_noted.add(key)
             log.info("%s: %s on %s: %s (shown as measured on an earlier version of this code)",
-                     page.file.src_uri, e.record.topic, e.slug, e.stale_reason)
+                     page.file.src_uri, g.topic, g.slug, g.stale_reason)
 
 
 def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> str:
     try:
         if isinstance(req, shortcodes.TableRequest):
-            entries = state.store.topic(req.topic, state.primary)
-            _note_stale(page, entries)
-            return render.table(req, entries, _link(page))
+            groups = state.store.topic(req.topic, state.primary)
+            _note_stale(page, groups)
+            return render.table(req, groups, _link(page))
         if isinstance(req, shortcodes.PlotRequest):
-            entries = state.store.topic(req.topic, state.primary)
-            _note_stale(page, entries)
-            return render.plot(req, entries, _link(page), lambda e: _plot(req, e, page))
+            groups = state.store.topic(req.topic, state.primary)
+            _note_stale(page, groups)
+            keys: set[str] = set()
+            out = render.plot(req, groups, _link(page), lambda g: _plot(req, g, page, keys))
+            unknown = sorted(set(req.legend) - keys)
+            if unknown:
+                raise LabError(f"legend= names {', '.join(map(repr, unknown))}, which no series of {req.series} has "
+                               f"(values: {', '.join(sorted(keys))})")
+            return out
         if isinstance(req, shortcodes.NotesRequest):
-            entries = state.store.topic(req.topic, state.primary)
-            _note_stale(page, entries)
-            return render.notes(req, entries, _link(page))
+            groups = state.store.topic(req.topic, state.primary)
+            _note_stale(page, groups)
+            return render.notes(req, groups, _link(page))
         if isinstance(req, shortcodes.CalculatorRequest):
-            return calculators.render(req, lambda topic, slug: _entry(page, topic, slug), _html_link(page))
+            return calculators.render(req, lambda topic, slug: _group(page, topic, slug), _html_link(page))
         if isinstance(req, shortcodes.ValueRequest):
-            entry = state.store.machine(req.topic, req.machine, state.primary)
-            _note_stale(page, [entry])
-            return render.value(req, entry)
+            group = _group(page, req.topic, req.machine)
+            _warn_if_noisy(req, group, page)
+            return render.value(req, group)
         return _claim(req, code, page)
     except LabError as exc:
         raise LabError(f"{code.text}: {exc}") from None
 
 
-def _entry(page: Page, topic: str, slug: str | None) -> store.Entry:
-    entry = state.store.machine(topic, slug, state.primary)
-    _note_stale(page, [entry])
-    return entry
+def _group(page: Page, topic: str, slug: str | None) -> store.Group:
+    group = state.store.machine(topic, slug, state.primary)
+    _note_stale(page, [group])
+    return group
 
 
-def _plot(req: shortcodes.PlotRequest, entry: store.Entry, page: Page) -> str:
-    series, unit = series_of(req, entry)
+def _warn_if_noisy(req: shortcodes.ValueRequest, group: store.Group, page: Page) -> None:
+    """A sentence must not quote one number for a figure whose runs disagree: say the range instead."""
+    row, figure = render.pick(req, group)
+    a = figure.across
+    if req.spread == "range" or req.stat != "median" or not a.noisy:
+        return
+    case = " ".join(f"{k}={v}" for k, v in row.case.items())
+    log.warning("%s: lab:value %s %s (%s) on %s: the runs differ by more than %g %% (%s over %s); "
+                "quote the range with spread=range", page.file.src_uri, req.topic, req.metric, case, group.slug,
+                runs.NOISY * 100, format_range(a.low, a.high, figure.unit), plural(a.count, "run"))
+
+
+def _plot(req: shortcodes.PlotRequest, group: store.Group, page: Page, keys: set[str]) -> tuple[str, list]:
+    series, unit, figures = series_of(req, group)
+    keys.update(s.key for s in series if s.key is not None)
     plots = state.plots.setdefault(page.file.src_uri, {})
     digest = hashlib.sha1(f"{page.file.src_uri}:{len(plots)}".encode()).hexdigest()[:8]
     token = f"LABPLOT{digest}"
+    ylabel = render.plot_axis_label(req.ylabel, unit)
     plots[token] = plot_mod.line_plot(
         series,
-        xlabel=req.x,
-        ylabel=render.plot_axis_label(req.y, unit),
+        xlabel=req.xlabel,
+        ylabel=ylabel,
         logx=req.logx,
         logy=req.logy,
         title=req.title,
         uid=f"labplot-{digest}",
-        description=f"{req.title + ': ' if req.title else ''}{req.y} against {req.x} on {entry.label}",
+        description=f"{req.title + ': ' if req.title else ''}{ylabel} against {req.xlabel} on {group.label}"
+                    + (f", median of {plural(len(group.runs), 'run')} with their range" if len(group.runs) > 1 else ""),
     )
-    return token
+    return token, figures
 
 
 def _claim(req: shortcodes.ClaimRequest, code: shortcodes.Shortcode, page: Page) -> str:
     src = page.file.src_uri
-    entries = state.store.gpu(req.topic, state.primary)
-    result = claims_mod.evaluate(src, req, entries)
+    groups = state.store.gpu(req.topic, state.primary)
+    result = claims_mod.evaluate(src, req, groups)
     state.claims.append(result)
     if not result.verdicts:
         log.warning("%s: claim '%s' has no GPU record to check it against", src, req.describe())
-    readers = {e.site_uri for e in entries if e.root.index > 0}
+    readers = {g.key for g in groups if g.root.index > 0}
     for v in result.violated:
         # The book's records must keep the book's claims; a reader's GPU that does not is
         # a finding shown on the badge (and in claims.json), not a broken build.
-        report = log.info if v.record in readers else log.warning
-        report("%s: claim '%s' is VIOLATED on %s: measured %s, bound %s %g (record %s)", src,
-               req.describe(), v.machine, format_quantity(v.worst, v.unit), req.op, req.bound, v.record)
-    _note_stale(page, entries)
-    return render.claim(result, {e.site_uri: e.short_label for e in entries})
+        report = log.info if v.group in readers else log.warning
+        report("%s: claim '%s' is VIOLATED on %s: measured %s, bound %s %g, in %d of %s (record %s)", src,
+               req.describe(), v.machine, format_quantity(v.worst, v.unit), req.op, req.bound, v.failing,
+               plural(v.runs, "run"), v.record)
+    _note_stale(page, groups)
+    return render.claim(result, {g.key: g.short_label for g in groups})

@@ -7,8 +7,9 @@ stated inputs the page works through). ``docs/javascripts/calculators.js`` does 
 arithmetic in the browser, the same as the Python example; ``tests/test_calculators.py``
 feeds both the same inputs and requires the same results.
 
-A measured input is rounded to three significant figures, as ``lab:value`` shows it,
-and links to the record it came from.
+A measured input is the median across the runs of the machine's records, rounded to
+three significant figures as ``lab:value`` shows it; it links to the latest run's
+record and its title gives the run-to-run range.
 """
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lab_site import LabError
-from lab_site.fmt import format_quantity, run_date
+from lab_site.figures import metric, select
+from lab_site.fmt import date_span, format_quantity, format_range, plural
 from lab_site.shortcodes import CalculatorRequest, Scalar
-from lab_site.store import Entry, metric, select, stat
+from lab_site.store import Group
 
 SIG = 3  # significant figures of a measured input, as lab:value shows them
 
@@ -191,10 +193,10 @@ def _plain(value: float) -> str:
 
 # -- rendering --------------------------------------------------------------------------
 
-def _measured(calc: Calculator, f: Field, entry: Entry) -> tuple[str, str]:
-    """The start value of a record-filled input, and the title that says where it comes from."""
+def _measured(calc: Calculator, f: Field, group: Group) -> tuple[str, str]:
+    """The start value of a record-filled input (the median across runs), and a title saying where it comes from."""
     src = f.source
-    rows = select(entry, src.where)
+    rows = select(group, src.where)
     if len(rows) != 1:
         raise LabError(f"calculator {calc.name}: {f.name}: the filters select {len(rows)} rows of {src.topic}")
     where = " ".join(f"{k}={v}" for k, v in src.where.items())
@@ -202,22 +204,24 @@ def _measured(calc: Calculator, f: Field, entry: Entry) -> tuple[str, str]:
         value = rows[0].case.get(src.metric)
         if not isinstance(value, int) or isinstance(value, bool):
             raise LabError(f"calculator {calc.name}: {f.name}: the row's case has no whole {src.metric!r}")
-        return str(value), f"{entry.label} ({entry.slug}) · {src.topic} {where}: {src.metric} = {value}"
-    m = metric(entry, rows[0], src.metric)
-    if m.unit.replace("us", "µs") != f.unit:
-        raise LabError(f"calculator {calc.name}: {f.name} is in {f.unit}, the record's {src.metric} in {m.unit}")
-    x = stat(m, "median")
-    value = float(f"{x:.{SIG}g}")
-    text = _plain(value)
-    title = (f"{entry.label} ({entry.slug}) · {src.topic} {src.metric} {where} · "
-             f"median {format_quantity(x, m.unit)} · run {run_date(entry.record.run.date)}")
-    if entry.stale:
+        return str(value), f"{group.label} ({group.slug}) · {src.topic} {where}: {src.metric} = {value}"
+    figure = metric(group, rows[0], src.metric)
+    if figure.unit.replace("us", "µs") != f.unit:
+        raise LabError(f"calculator {calc.name}: {f.name} is in {f.unit}, the record's {src.metric} in {figure.unit}")
+    a = figure.across
+    value = float(f"{a.median:.{SIG}g}")
+    title = (f"{group.label} ({group.slug}) · {src.topic} {src.metric} {where} · "
+             f"median of {plural(a.count, 'run')} {format_quantity(a.median, figure.unit)}")
+    if a.count > 1:
+        title += f", run-to-run range {format_range(a.low, a.high, figure.unit)}"
+    title += f" · runs {date_span([e.record.run.date for e, _ in figure.per_run])}"
+    if group.stale:
         title += " · measured on an earlier version of this code"
-    return text, title
+    return _plain(value), title
 
 
-def render(req: CalculatorRequest, entry_of: Callable[[str, str | None], Entry],
-           link: Callable[[Entry], str]) -> str:
+def render(req: CalculatorRequest, group_of: Callable[[str, str | None], Group],
+           link: Callable[[Group], str]) -> str:
     calc = CALCULATORS.get(req.name)
     if calc is None:
         raise LabError(f"unknown calculator {req.name!r} (known: {', '.join(sorted(CALCULATORS))})")
@@ -232,10 +236,10 @@ def render(req: CalculatorRequest, entry_of: Callable[[str, str | None], Entry],
         if f.source is None:
             value = defaults[f.name]
         else:
-            entry = entry_of(f.source.topic, req.machine)
-            value, title = _measured(calc, f, entry)
-            source_html = (f'<a class="lab-calc__source" href="{esc(link(entry))}" title="{esc(title)}">'
-                           f'measured: {esc(entry.short_label)}</a>')
+            group = group_of(f.source.topic, req.machine)
+            value, title = _measured(calc, f, group)
+            source_html = (f'<a class="lab-calc__source" href="{esc(link(group))}" title="{esc(title)}">'
+                           f'measured: {esc(group.short_label)}</a>')
         inputmode = "numeric" if f.kind == "int" else "decimal"
         unit = f'<span class="lab-calc__unit">{esc(f.unit)}</span>' if f.unit else ""
         parts.append(

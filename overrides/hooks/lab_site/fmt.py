@@ -71,3 +71,32 @@ def short_commit(commit: str | None, dirty: bool | None) -> str:
     elif dirty is None:
         text += " (clean state unknown)"
     return text
+
+
+def format_range(low: float, high: float, unit: str, sig: int = 3) -> str:
+    """``(400, 420, 'us') -> '400–420 µs'``: the unit once, after the high end; one value when they agree."""
+    if format_quantity(low, unit, sig) == format_quantity(high, unit, sig):
+        return format_quantity(high, unit, sig)
+    shown = unit_text(unit)
+    # A count (no unit) keeps its whole-number form at both ends.
+    first = format_quantity(low, unit, sig) if not shown else format_number(low, sig)
+    return f"{first}–{format_quantity(high, unit, sig)}"
+
+
+def date_span(isos: list[str]) -> str:
+    """The days of some ISO timestamps: ``'2026-11-20'`` or ``'2026-11-20 to 2026-11-22'``."""
+    days = sorted({run_date(d) for d in isos})
+    return days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def case_value(value) -> str:
+    """A case parameter as a table (and a legend) writes it: ``True -> 'true'``, ``None -> '—'``."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "—"}[value]
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)

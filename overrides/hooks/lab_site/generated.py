@@ -4,9 +4,10 @@ Each marker stands alone on its line (outside fenced code) and becomes Markdown 
 the other shortcodes expand:
 
 - ``machines``: the machines the book's records were measured on (the landing page);
-- ``records``: Appendix A, every measured figure per topic and machine, with provenance
-  and the command that reproduces it;
-- ``claims``: every ``lab:claim`` of the pages with its verdict on each GPU;
+- ``records``: Appendix A, every measured figure per topic and group of runs, with its
+  run-to-run range and a flag where runs differ by more than 15 %, every run with its
+  provenance, the command that reproduces it, and the records that skipped the topic;
+- ``claims``: every ``lab:claim`` of the pages with its verdict on each GPU, over its runs;
 - ``glossary``: Appendix B, every abbreviation of ``snippets/glossary.md``, sorted.
 
 Nothing here writes a file: the text goes into the page being built.
@@ -23,9 +24,12 @@ from pathlib import Path
 from lab_site import LabError
 from lab_site import claims as claims_mod
 from lab_site import markdown as render
+from lab_site import provenance as prov
 from lab_site import shortcodes
-from lab_site.fmt import run_date, short_commit
-from lab_site.store import Entry, Store
+from lab_site.figures import Figure, rows as group_rows
+from lab_site.fmt import case_value, date_span, format_range, plural, run_date, short_commit
+from lab_site.runs import NOISY
+from lab_site.store import Entry, Group, Store
 
 MARKER = re.compile(r"<!-- lab:generated (\w+) -->")
 GLOSSARY_LINE = re.compile(r"\*\[([^\]]+)\]: (\S.*)")
@@ -109,69 +113,145 @@ def _topics_by_page(pages: Sequence[Page]) -> dict[str, str]:
 
 # -- the machines -----------------------------------------------------------------------
 
+def _span(counts: Sequence[int]) -> str:
+    return str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
+
+
 def machines(store: Store, primary: str | None) -> str:
-    """One row per machine of the book's own records: what it is and what ran on it."""
-    by_slug: dict[str, list[Entry]] = {}
-    for e in store.entries:
-        if e.root.index == 0:
-            by_slug.setdefault(e.slug, []).append(e)
+    """One row per machine of the book's own records: what it is, how many topics and runs per topic."""
+    by_slug: dict[str, list[Group]] = {}
+    for g in store.groups:
+        if g.root.index == 0:
+            by_slug.setdefault(g.slug, []).append(g)
     if not by_slug:
         raise LabError("no records in the book's records folder")
     order = sorted(by_slug, key=lambda s: (not by_slug[s][0].is_gpu, s != primary, s))
-    lines = ["| machine | GPU | SMs | memory | driver | CUDA | PyTorch | Triton | records | measured |",
-             "|:--|:--|--:|--:|:--|:--|:--|:--|--:|:--|"]
+    lines = ["| machine | GPU | SMs | memory | driver | CUDA | PyTorch | Triton | topics | runs per topic | measured |",
+             "|:--|:--|--:|--:|:--|:--|:--|:--|--:|--:|:--|"]
     for slug in order:
-        entries = by_slug[slug]
-        m = max(entries, key=lambda e: e.record.run.date).record.machine
-        dates = sorted(run_date(e.record.run.date) for e in entries)
-        when = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
-        gpu = f"{m.gpu_count} × {m.gpu_name}" if m.gpu_count > 1 else (m.gpu_name or f"none (CPU: {m.host_cpu})")
+        groups = by_slug[slug]
+        runs = [e for g in groups for e in g.runs]
+        m = max(runs, key=lambda e: e.record.run.date).record.machine
+        count = max(e.record.machine.gpu_count for e in runs)
+        gpu = f"{count} × {m.gpu_name}" if count > 1 else (m.gpu_name or f"none (CPU: {m.host_cpu})")
         memory = f"{m.gpu_memory_gib:g} GiB" if m.gpu_memory_gib else "—"
         cells = [f"`{slug}`", gpu, str(m.sm_count or "—"), memory, m.driver or "—", m.cuda or "—", m.torch,
-                 m.triton or "—", str(len(entries)), when]
+                 m.triton or "—", str(len(groups)), _span([len(g.runs) for g in groups]),
+                 date_span([e.record.run.date for e in runs])]
         lines.append("| " + " | ".join(html.escape(c, quote=False).replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
 
 
 # -- Appendix A ----------------------------------------------------------------------------
 
-def _status(entry: Entry) -> str:
-    if entry.stale:
-        return f"**stale**: {entry.stale_reason}"
-    return "current: the example is unchanged since this run"
+def _status(group: Group) -> str:
+    if group.stale:
+        return f"**stale**: {group.stale_reason}"
+    text = "current: the example is unchanged since these runs"
+    if group.left_out:
+        text += f"; {plural(len(group.left_out), 'older run')} of changed code left out"
+    return text
 
 
-def _figures(entry: Entry) -> str:
-    parts = []
-    if entry.record.results:
-        parts.append(render.table_markdown(shortcodes.TableRequest(entry.record.topic, None), entry))
-    if entry.record.notes:
-        parts.append(render.notes_markdown(shortcodes.NotesRequest(entry.record.topic), entry))
-    return "\n\n".join(parts)
+def _figure_rows(group: Group) -> list[tuple[dict, str, Figure]]:
+    return [(row.case, name, f) for row in group_rows(group) for name, f in row.metrics.items()]
 
 
-def _machine_tab(entry: Entry, link: str) -> str:
-    run = entry.record.run
-    count = sum(len(r.metrics) for r in entry.record.results)
-    lines = [
-        render.provenance(entry, link),
-        "",
-        f"- Status: {_status(entry)}",
-        f"- Measured {run_date(run.date)} at commit {short_commit(run.commit, run.dirty)} by `{run.command}`"
-        + (" (quick sizes)" if run.quick else ""),
-        f"- Reproduce: `python -m examples.lab run {entry.record.topic} --out DIR`",
-        f"- Correctness checks passed before timing: {len(entry.record.checks)}"
-        + (f" ({', '.join(c.name for c in entry.record.checks)})" if entry.record.checks else ""),
-        "",
-        f'??? abstract "{count} figures{" and " + str(len(entry.record.notes)) + " notes" if entry.record.notes else ""}"',
-        "",
-    ]
-    lines += [render.INDENT + line if line.strip() else "" for line in _figures(entry).split("\n")]
+def figures_markdown(group: Group) -> str:
+    """Every figure of a group, one per line: case, metric, median, run-to-run range, runs, a noisy flag."""
+    figures = _figure_rows(group)
+    keys = list(dict.fromkeys(k for case, _, _ in figures for k in case))
+    lines = ["| " + " | ".join([*keys, "metric", "median", "run to run", "runs", f"> {NOISY * 100:g} %"]) + " |",
+             "|" + "|".join([":--"] * (len(keys) + 1) + ["--:"] * 3 + [":-:"]) + "|"]
+    for case, name, f in figures:
+        a = f.across
+        spread = format_range(a.low, a.high, f.unit) if a.count > 1 else "—"
+        flag = (f'<span class="lab-noisy" title="{render.NOISY_TITLE}: here {a.spread * 100:.0f} %">⚠</span>'
+                if a.noisy else "")
+        cells = [render.cell(case_value(case.get(k, ""))) for k in keys]
+        cells += [render.cell(name), render.median_html(f), spread, str(a.count), flag]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def runs_markdown(group: Group, link: Callable[[Entry], str]) -> str:
+    """Every run of a group, those left out included: id (a link to its JSON), date, boot, commit, wall time."""
+    lines = ["| run | date | boot | commit | wall time | counted |", "|:--|:--|:--|:--|--:|:--|"]
+    counted = {id(e) for e in group.runs}
+    for e in sorted([*group.runs, *group.left_out], key=lambda e: (e.record.run.date, e.run_id)):
+        run = e.record.run
+        state = ("yes" if not e.stale else "yes (stale)") if id(e) in counted else "no: stale, newer runs exist"
+        cells = [f"[`{e.run_id}`]({link(e)})", run_date(run.date), f"`{run.boot_id[:8]}`" if run.boot_id else "—",
+                 short_commit(run.commit, run.dirty), f"{run.wall_s:.0f} s" if run.wall_s is not None else "—", state]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _group_tab(group: Group, link: Callable[[Entry], str]) -> str:
+    record = group.record
+    figures = _figure_rows(group)
+    noisy = sum(f.across.noisy for _, _, f in figures)
+    commands = list(dict.fromkeys(e.record.run.command for e in group.runs))
+    quick = any(e.record.run.quick for e in group.runs)
+    lines = [
+        prov.line(group, link, [m for _, _, f in figures for m in f.metrics]),
+        "",
+        f"- Status: {_status(group)}",
+        f"- Measured by `{'`, `'.join(commands)}`" + (" (quick sizes)" if quick else ""),
+        f"- Reproduce: `python -m examples.lab run {group.topic} --out DIR` (add `--repeat N` for N runs)",
+        f"- Correctness checks passed before timing: {len(record.checks)}"
+        + (f" ({', '.join(c.name for c in record.checks)})" if record.checks else ""),
+        "",
+        runs_markdown(group, link),
+        "",
+    ]
+    if figures:
+        title = plural(len(figures), "figure") + (f", {noisy} noisy" if len(group.runs) > 1 else "")
+        lines += [f'??? abstract "{title}"', ""]
+        lines += [render.INDENT + line if line.strip() else "" for line in figures_markdown(group).split("\n")]
+        lines.append("")
+    if record.notes:
+        lines += [f'??? abstract "{plural(len(record.notes), "note")} (latest run)"', ""]
+        notes = render.notes_markdown(shortcodes.NotesRequest(group.topic), group)
+        lines += [render.INDENT + line if line.strip() else "" for line in notes.split("\n")]
+    return "\n".join(lines)
+
+
+def _machine_name(entry: Entry) -> str:
+    m = entry.record.machine
+    name = m.gpu_name if entry.is_gpu and m.gpu_name else f"CPU: {m.host_cpu}"
+    return f"{name} · {entry.root.label}" if entry.root.label else name
+
+
+def _skipped_tab(entry: Entry, link: Callable[[Entry], str]) -> str:
+    run = entry.record.run
+    return (f"skipped: {entry.skipped}\n\n"
+            f"Run `{entry.run_id}` of {run_date(run.date)}, commit {short_commit(run.commit, run.dirty)}, "
+            f"by `{run.command}` · [record (JSON)]({link(entry)})")
+
+
+def summary(store: Store) -> str:
+    """How many figures the records hold, how many are noisy, per machine (and what was skipped)."""
+    per: dict[tuple[int, str], list[Group]] = {}
+    for g in store.groups:
+        per.setdefault((g.root.index, g.slug), []).append(g)
+    total = noisy = 0
+    lines = []
+    for (_, slug), groups in sorted(per.items()):
+        figures = [f for g in groups for _, _, f in _figure_rows(g)]
+        bad = sum(f.across.noisy for f in figures)
+        total, noisy = total + len(figures), noisy + bad
+        skipped = [e for e in store.skipped if (e.root.index, e.slug) == (groups[0].root.index, slug)]
+        lines.append(f"- {_machine_name(groups[0].runs[-1])} (`{slug}`): {plural(len(figures), 'figure')} of "
+                     f"{plural(len(groups), 'topic')}, runs per topic: {_span([len(g.runs) for g in groups])}, "
+                     f"{bad} noisy" + (f", {len(skipped)} topics skipped" if skipped else ""))
+    head = (f"{plural(total, 'figure')}, {noisy} noisy (their runs differ by more than {NOISY * 100:g} % of "
+            f"the median: shown with ⚠). Each figure is the median across its runs of each run's median.")
+    return "\n".join([head, "", *lines])
+
+
 def records(store: Store, pages: Sequence[Page], primary: str | None, link: Callable[[Entry], str]) -> str:
-    """Appendix A: per chapter, per topic, a tab per machine with provenance and the figures."""
+    """Appendix A: a summary, then per chapter, per topic, a tab per group of runs (and per skipped record)."""
     where = _topics_by_page(pages)
     titles = {p.src: p.title for p in pages}
     topics = sorted({e.record.topic for e in store.entries})
@@ -179,31 +259,34 @@ def records(store: Store, pages: Sequence[Page], primary: str | None, link: Call
     for topic in topics:
         chapters.setdefault(where.get(topic), []).append(topic)
     order = [p.src for p in pages if p.src in chapters] + ([None] if None in chapters else [])
-    out: list[str] = []
+    out: list[str] = [summary(store), ""]
     for src in order:
         heading = f"[{titles[src]}]({src})" if src else "Records no page shows"
         out += [f"## {heading}", ""]
         for topic in chapters[src]:
-            entries = store.topic(topic, primary)
-            source = entries[0].record.source
+            groups = store.topic(topic, primary)
+            skipped = [e for e in store.skipped if e.record.topic == topic]
+            source = (groups[0].record if groups else skipped[0].record).source
             out += [f"### `{topic}`", "", f"Measured by `{source}`.", ""]
-            out.append(render.tabs([(e.label, _machine_tab(e, link(e))) for e in entries]))
+            items = [(g.label, _group_tab(g, link)) for g in groups]
+            items += [(_machine_name(e), _skipped_tab(e, link)) for e in skipped]
+            out.append(render.tabs(items))
             out.append("")
     return "\n".join(out)
 
 
 def claims(store: Store, pages: Sequence[Page], primary: str | None) -> str:
-    """Every claim of the pages, re-checked here against every GPU record of its topic."""
-    lines = ["| chapter | claim | verdict per GPU |", "|:--|:--|:--|"]
+    """Every claim of the pages, re-checked here against every run of every GPU of its topic."""
+    lines = ["| chapter | claim | verdict per GPU (its runs) |", "|:--|:--|:--|"]
     count = 0
     for page in pages:
         first = True
         for req in requests_of(page):
             if not isinstance(req, shortcodes.ClaimRequest):
                 continue
-            entries = store.gpu(req.topic, primary)
-            result = claims_mod.evaluate(page.src, req, entries)
-            badges = render.claim(result, {e.site_uri: e.short_label for e in entries})
+            groups = store.gpu(req.topic, primary)
+            result = claims_mod.evaluate(page.src, req, groups)
+            badges = render.claim(result, {g.key: g.short_label for g in groups})
             claim = req.describe().replace("|", "\\|").replace("`", "'")  # a code span: no HTML escapes
             chapter = f"[{page.title}]({page.src})" if first else ""
             lines.append(f"| {chapter} | `{claim}` | {badges} |")

@@ -1,21 +1,31 @@
 """What a shortcode turns into: Markdown (tabs, tables, provenance) and inline HTML (values, badges).
 
-Nothing here reads files or knows about MkDocs: it takes loaded records and requests and
-returns text, so it can be tested on its own.
+Nothing here reads files or knows about MkDocs: it takes groups of runs and requests and
+returns text, so it can be tested on its own. Every number is the median across a
+group's runs of each run's median (``lab_site.runs``); where a group has several runs,
+the run-to-run range stands beside it and a figure whose runs differ by more than
+15 % is flagged.
 """
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+
+from examples.lab.records import Metric
 
 from lab_site import LabError
+from lab_site import provenance as prov
 from lab_site.claims import ClaimResult, Verdict
-from lab_site.fmt import format_quantity, run_date, short_commit, unit_text
+from lab_site.figures import Figure, GroupRow, SelectionError, metric, select, stat
+from lab_site.fmt import case_value, date_span, format_quantity, format_range, plural, run_date, unit_text
+from lab_site.runs import NOISY
 from lab_site.shortcodes import NotesRequest, PlotRequest, TableRequest, ValueRequest
-from lab_site.store import Entry, SelectionError, metric, select, stat
+from lab_site.store import Entry, Group
 
-STALE_TITLE = "Measured on an earlier version of this code"
-INDENT = "    "
+STALE_TITLE = prov.STALE_TITLE
+INDENT = prov.INDENT
+#: The title of a noisy figure's flag.
+NOISY_TITLE = f"runs differ by more than {NOISY * 100:g} %"
 
 
 def tabs(items: Sequence[tuple[str, str]]) -> str:
@@ -32,185 +42,220 @@ def tabs(items: Sequence[tuple[str, str]]) -> str:
     return "\n".join(out)
 
 
-def provenance(entry: Entry, link: str) -> str:
-    """One line saying where the numbers of ``entry`` come from, ending with a link to the record."""
-    m, run, method = entry.record.machine, entry.record.run, entry.record.method
-    parts: list[str] = []
-    if entry.is_gpu:
-        parts.append(m.gpu_name or "unknown GPU")
-        if m.sm_count:
-            parts.append(f"{m.sm_count} SMs")
-        parts.append(f"driver {m.driver or 'unknown'}")
-        parts.append(f"CUDA {m.cuda or 'unknown'}")
-    else:
-        parts.append(f"{m.host_cpu} ({m.host_cores} cores)")
-    parts.append(f"torch {m.torch}")
-    parts.append(f"Triton {m.triton}" if m.triton else "no Triton")
-    parts.append(f"run {run_date(run.date)}")
-    parts.append(f"commit {short_commit(run.commit, run.dirty)}")
-    if entry.record.results:  # a record of notes only timed nothing
-        parts.append(f"{method.repetitions} repetitions after {method.warmup} warm-up, timer `{method.timer}`")
-    if run.quick:
-        parts.append("quick run (CI sizes)")
-    return " · ".join(parts) + f" · [record (JSON)]({link})\n{{ .lab-provenance }}"
-
-
-def stale_note(entry: Entry) -> str:
-    command = f"python -m examples.lab run {entry.record.topic} --out DIR"
-    source = entry.record.source
-    reason = (entry.stale_reason or "").replace(source, f"`{source}`", 1)
-    return (
-        f'!!! warning "{STALE_TITLE}"\n\n'
-        f"{INDENT}{reason}: the numbers below were measured by the code as it was on "
-        f"{run_date(entry.record.run.date)}. Rerun `{command}` to refresh them.\n"
-    )
-
-
-def _cell(text: str) -> str:
+def cell(text: str) -> str:
     return html.escape(str(text), quote=False).replace("|", "\\|")
 
 
-def table_markdown(request: TableRequest, entry: Entry) -> str:
-    """One row per case, the case keys as columns, then one column per metric (median and IQR)."""
-    rows = select(entry, request.where)
+def _attr(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def shown_metrics(figures: Iterable[Figure]) -> list[Metric]:
+    """Every run's metric behind ``figures`` (for the timers the provenance line names)."""
+    return [m for f in figures for m in f.metrics]
+
+
+def table_markdown(request: TableRequest, group: Group) -> tuple[str, list[Figure]]:
+    """One row per case, the case keys as columns, then one column per metric; and the figures shown."""
+    rows = select(group, request.where)
     names = list(request.metrics) if request.metrics else list(dict.fromkeys(n for r in rows for n in r.metrics))
     for name in names:
         if not any(name in r.metrics for r in rows):
             have = ", ".join(dict.fromkeys(n for r in rows for n in r.metrics))
-            raise SelectionError(f"topic {entry.record.topic} on {entry.slug} has no metric {name!r} (metrics: {have})")
+            raise SelectionError(f"topic {group.topic} on {group.slug} has no metric {name!r} (metrics: {have})")
     # Naming metrics also picks rows: only those that have at least one of them,
     # and only the case keys those rows use.
     rows = [r for r in rows if any(name in r.metrics for name in names)]
     keys = list(dict.fromkeys(k for row in rows for k in row.case))
     lines = [
-        "| " + " | ".join([*map(_cell, keys), *map(_cell, names)]) + " |",
+        "| " + " | ".join([*map(cell, keys), *map(cell, names)]) + " |",
         "|" + "|".join([":--"] * len(keys) + ["--:"] * len(names)) + "|",
     ]
+    shown: list[Figure] = []
     for row in rows:
-        cells = [_cell(_case_value(row.case.get(k, ""))) for k in keys]
+        cells = [cell(case_value(row.case.get(k, ""))) for k in keys]
         for name in names:
-            cells.append(_metric_cell(row.metrics[name]) if name in row.metrics else "—")
+            figure = row.metrics.get(name)
+            cells.append(figure_cell(figure, len(group.runs)) if figure else "—")
+            if figure:
+                shown.append(figure)
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines), shown
 
 
-def _case_value(value) -> str:
-    if isinstance(value, bool) or value is None:
-        return {True: "true", False: "false", None: "—"}[value]
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
+def _iqr(figure: Figure) -> float | None:
+    try:
+        return stat(figure, "iqr")
+    except SelectionError:
+        return None
 
 
-def _metric_cell(m) -> str:
-    text = format_quantity(m.median, m.unit)
-    if m.iqr is not None:
-        spread = format_quantity(m.iqr, m.unit)
-        text += f' <span class="lab-iqr" title="interquartile range (q3 − q1)">IQR {spread}</span>'
+def noisy_flag(figure: Figure) -> str:
+    """A visible ⚠ before a figure whose runs differ by more than :data:`~lab_site.runs.NOISY`, else ``''``."""
+    if not figure.across.noisy:
+        return ""
+    title = f"{NOISY_TITLE}: here {figure.across.spread * 100:.0f} % of the median"
+    return f'<span class="lab-noisy" title="{_attr(title)}">⚠</span> '
+
+
+def runs_span(figure: Figure) -> str:
+    """``range 400–420 µs, 3 runs``, its title saying what that is (and the spread within a run)."""
+    a = figure.across
+    title = f"run-to-run range: the lowest and highest median of {plural(a.count, 'independent run')}"
+    iqr = _iqr(figure)
+    if iqr is not None:
+        title += f"; within a run, IQR {format_quantity(iqr, figure.unit)} (q3 − q1, median over runs)"
+    text = f"range {format_range(a.low, a.high, figure.unit)}, {plural(a.count, 'run')}"
+    return f'<span class="lab-runs" title="{_attr(title)}">{html.escape(text, quote=False)}</span>'
+
+
+def median_html(figure: Figure) -> str:
+    """The median across runs, the spread within a run (IQR) in its title where the metric has one."""
+    text = format_quantity(figure.median, figure.unit)
+    iqr = _iqr(figure)
+    if iqr is None:
+        return text
+    title = f"IQR within a run {format_quantity(iqr, figure.unit)} (q3 − q1, median over runs)"
+    return f'<span title="{_attr(title)}">{text}</span>'
+
+
+def figure_cell(figure: Figure, group_runs: int) -> str:
+    """A table cell: the median across runs, then the run-to-run range (several runs) or the IQR (one)."""
+    text = noisy_flag(figure) + format_quantity(figure.median, figure.unit)
+    if group_runs > 1:
+        return f"{text} {runs_span(figure)}"
+    iqr = _iqr(figure)
+    if iqr is not None:
+        text += (f' <span class="lab-iqr" title="interquartile range (q3 − q1) of the repetitions of the run">'
+                 f"IQR {format_quantity(iqr, figure.unit)}</span>")
     return text
 
 
-def _per_machine(topic: str, entries: Sequence[Entry], body: Callable[[Entry], str],
+def _per_machine(topic: str, groups: Sequence[Group], body: Callable[[Group], tuple[str, list[Metric]]],
                  link: Callable[[Entry], str]) -> str:
-    """Tabs, one per machine that has rows for the request: provenance, the stale warning, ``body``.
+    """Tabs, one per group that has rows for the request: provenance, the stale warning, ``body``.
 
-    A machine whose record has no row (or no metric) the request asks for is left out
-    (a CPU does not replay CUDA graphs); if that leaves none, the first reason is the error.
+    ``body(group)`` returns the content and the metrics it shows (whose timers the
+    provenance names). A group whose runs have no row (or no metric) the request asks
+    for is left out (a CPU does not replay CUDA graphs); if that leaves none, the first
+    reason is the error.
     """
-    if not entries:
+    if not groups:
         raise LabError(f"no record of topic {topic} in any records folder")
     items, reasons = [], []
-    for entry in entries:
+    for group in groups:
         try:
-            content = body(entry)
+            content, metrics = body(group)
         except SelectionError as exc:
             reasons.append(exc)
             continue
-        parts = [provenance(entry, link(entry))]
-        if entry.stale:
-            parts.append(stale_note(entry))
+        parts = [prov.line(group, link, metrics)]
+        if group.stale:
+            parts.append(prov.stale_note(group))
         parts.append(content)
-        items.append((entry.label, "\n\n".join(parts)))
+        items.append((group.label, "\n\n".join(parts)))
     if not items:
         raise reasons[0]
     return tabs(items)
 
 
-def table(request: TableRequest, entries: Sequence[Entry], link: Callable[[Entry], str]) -> str:
-    """Tabs, one per machine: provenance, the stale warning where due, the table."""
-    return _per_machine(request.topic, entries, lambda e: table_markdown(request, e), link)
+def table(request: TableRequest, groups: Sequence[Group], link: Callable[[Entry], str]) -> str:
+    """Tabs, one per group of runs: provenance, the stale warning where due, the table."""
+    def body(group: Group) -> tuple[str, list[Metric]]:
+        text, figures = table_markdown(request, group)
+        return text, shown_metrics(figures)
+
+    return _per_machine(request.topic, groups, body, link)
 
 
-def plot(request: PlotRequest, entries: Sequence[Entry], link: Callable[[Entry], str],
-         placeholder: Callable[[Entry], str]) -> str:
-    """Tabs, one per machine: provenance, the stale warning where due, a placeholder for the SVG.
+def plot(request: PlotRequest, groups: Sequence[Group], link: Callable[[Entry], str],
+         placeholder: Callable[[Group], tuple[str, list[Figure]]]) -> str:
+    """Tabs, one per group: provenance, the stale warning where due, a placeholder for the SVG.
 
-    ``placeholder(entry)`` draws the plot and returns the token that stands for it.
+    ``placeholder(group)`` draws the plot and returns the token that stands for it and the figures drawn.
     """
-    return _per_machine(request.topic, entries, placeholder, link)
+    def body(group: Group) -> tuple[str, list[Metric]]:
+        token, figures = placeholder(group)
+        return token, shown_metrics(figures)
+
+    return _per_machine(request.topic, groups, body, link)
 
 
-def notes_markdown(request: NotesRequest, entry: Entry) -> str:
-    """A record's notes (what an example observed rather than timed) as a table.
+def notes_markdown(request: NotesRequest, group: Group) -> str:
+    """The notes of a group's latest run (what an example observed rather than timed) as a table.
 
     One row per note; a note that is a mapping spreads over one column per key, a list
     is joined with semicolons, anything else goes in the column "value".
     """
-    notes = entry.record.notes
+    notes = group.record.notes
     names = list(request.keys) if request.keys else list(notes)
     missing = [n for n in names if n not in notes]
     if missing or not names:
         raise SelectionError(
-            f"topic {entry.record.topic} on {entry.slug} has no note {missing[0]!r} (notes: {', '.join(notes) or 'none'})"
-            if missing else f"topic {entry.record.topic} on {entry.slug} has no notes"
+            f"topic {group.topic} on {group.slug} has no note {missing[0]!r} (notes: {', '.join(notes) or 'none'})"
+            if missing else f"topic {group.topic} on {group.slug} has no notes"
         )
     columns = list(dict.fromkeys(k for n in names if isinstance(notes[n], dict) for k in notes[n]))
     if any(not isinstance(notes[n], dict) for n in names):
         columns.append("value")
-    lines = ["| note | " + " | ".join(map(_cell, columns)) + " |", "|" + "|".join([":--"] * (len(columns) + 1)) + "|"]
+    lines = ["| note | " + " | ".join(map(cell, columns)) + " |", "|" + "|".join([":--"] * (len(columns) + 1)) + "|"]
     for name in names:
         note = notes[name]
         cells = note if isinstance(note, dict) else {"value": note}
         shown = [_note_value(cells[c]) if c in cells else "—" for c in columns]
-        lines.append(f"| {_cell(name)} | " + " | ".join(shown) + " |")
+        lines.append(f"| {cell(name)} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
 
 
 def _note_value(value) -> str:
     if isinstance(value, list):
-        return "; ".join(_cell(_case_value(v)) for v in value)
-    return _cell(_case_value(value))
+        return "; ".join(cell(case_value(v)) for v in value)
+    return cell(case_value(value))
 
 
-def notes(request: NotesRequest, entries: Sequence[Entry], link: Callable[[Entry], str]) -> str:
-    """Tabs, one per machine with the notes asked for: provenance, the stale warning, the notes."""
-    return _per_machine(request.topic, entries, lambda e: notes_markdown(request, e), link)
+def notes(request: NotesRequest, groups: Sequence[Group], link: Callable[[Entry], str]) -> str:
+    """Tabs, one per group with the notes asked for: provenance (of the latest run), the stale warning, the notes."""
+    return _per_machine(request.topic, groups, lambda g: (notes_markdown(request, g), []), link)
 
 
-def value(request: ValueRequest, entry: Entry) -> str:
-    """The one number a sentence quotes, with its provenance in the ``title``."""
-    rows = select(entry, request.where)
+def pick(request: ValueRequest, group: Group) -> tuple[GroupRow, Figure]:
+    """The one figure a ``lab:value`` quotes: its filters must select exactly one row."""
+    rows = select(group, request.where)
     if len(rows) != 1:
         cases = "; ".join(" ".join(f"{k}={v!r}" for k, v in r.case.items()) for r in rows[:4])
         raise LabError(
-            f"lab:value needs exactly one row of topic {request.topic} on {entry.slug}, "
+            f"lab:value needs exactly one row of topic {request.topic} on {group.slug}, "
             f"the filters select {len(rows)} ({cases}{'; …' if len(rows) > 4 else ''}): add filters"
         )
-    m = metric(entry, rows[0], request.metric)
-    x = stat(m, request.stat)
-    shown = str(int(x)) if request.stat == "n" else format_quantity(x, m.unit)
-    details = [f"{entry.label} ({entry.slug})", f"median {format_quantity(m.median, m.unit)}"]
-    if m.iqr is not None:
-        details.append(f"IQR {format_quantity(m.iqr, m.unit)}")
-    if m.n is not None:
-        details.append(f"n = {m.n}")
-    details.append(f"{m.method}")
-    details.append(f"run {run_date(entry.record.run.date)}")
+    return rows[0], metric(group, rows[0], request.metric)
+
+
+def value(request: ValueRequest, group: Group) -> str:
+    """The one number a sentence quotes (or its run-to-run range), with its provenance in the ``title``."""
+    _, f = pick(request, group)
+    a = f.across
+    if request.spread == "range":
+        shown = format_range(a.low, a.high, f.unit)
+    else:
+        x = stat(f, request.stat)
+        shown = str(round(x)) if request.stat == "n" else format_quantity(x, f.unit)
+    details = [f"{group.label} ({group.slug})",
+               f"median of {plural(a.count, 'run')} {format_quantity(a.median, f.unit)}"]
+    if a.count > 1:
+        details.append(f"run-to-run range {format_range(a.low, a.high, f.unit)} ({a.spread * 100:.0f} % of the median)")
+    iqr = _iqr(f)
+    if iqr is not None:
+        details.append(f"IQR within a run {format_quantity(iqr, f.unit)}")
+    ns = sorted({m.n for m in f.metrics if m.n is not None})
+    if ns:
+        details.append(f"n = {ns[0]}" if len(ns) == 1 else f"n = {ns[0]}–{ns[-1]}")
+    details.append(" / ".join(dict.fromkeys(m.method for m in f.metrics)))
+    details.append(f"runs {date_span([e.record.run.date for e, _ in f.per_run])}")
     classes = "lab-value"
-    if entry.stale:
+    if group.stale:
         details.append(STALE_TITLE.lower())
         classes += " lab-value--stale"
-    title = html.escape(" · ".join(details), quote=True)
+    title = _attr(" · ".join(details))
     return f'<span class="{classes}" title="{title}">{html.escape(shown, quote=False)}</span>'
 
 
@@ -218,27 +263,34 @@ def _badge(result: ClaimResult, v: Verdict, label: str) -> str:
     shown = format_quantity(v.worst, v.unit)
     r = result.request
     which = "lowest" if r.op in (">=", ">") else "highest"
+    per_run = "; ".join(f"run {p.run}: {format_quantity(p.worst, v.unit)}{'' if p.holds else ' ✗'}"
+                        for p in v.per_run)
     title = (
         f"{r.describe()} · {label} ({v.machine}): {'holds' if v.holds else 'VIOLATED'} "
-        f"over {v.rows} row{'s' if v.rows != 1 else ''}, {which} {shown} · run {run_date(v.run_date)}"
+        f"over {plural(v.rows, 'row')} in {plural(v.runs, 'run')}, {which} {shown} · "
+        f"{which} per run: {per_run} · latest run {run_date(v.run_date)}"
     )
     if v.stale:
         title += f" · {STALE_TITLE.lower()}"
     state = "holds" if v.holds else "violated"
-    text = f"{label} ✓ {shown}" if v.holds else f"{label} ✗ VIOLATED: {shown}"
-    return (f'<span class="lab-claim lab-claim--{state}" title="{html.escape(title, quote=True)}">'
+    if v.holds:
+        text = f"{label} ✓ {shown} ({plural(v.runs, 'run')})"
+    else:
+        text = f"{label} ✗ VIOLATED: {shown} ({v.failing} of {plural(v.runs, 'run')})"
+    return (f'<span class="lab-claim lab-claim--{state}" title="{_attr(title)}">'
             f"{html.escape(text, quote=False)}</span>")
 
 
 def claim(result: ClaimResult, labels: dict[str, str]) -> str:
-    """One badge per GPU; ``labels`` maps a record's site path to its machine's short name."""
+    """One badge per GPU; ``labels`` maps a group's key to its machine's short name."""
     if not result.verdicts:
-        title = html.escape(f"{result.request.describe()}: no GPU record to check it against", quote=True)
+        title = _attr(f"{result.request.describe()}: no GPU record to check it against")
         return f'<span class="lab-claim lab-claim--violated" title="{title}">✗ no GPU record</span>'
-    badges = " ".join(_badge(result, v, labels.get(v.record, v.machine)) for v in result.verdicts)
+    badges = " ".join(_badge(result, v, labels.get(v.group, v.machine)) for v in result.verdicts)
     return f'<span class="lab-claims">{badges}</span>'
 
 
-def plot_axis_label(name: str, unit: str | None) -> str:
+def plot_axis_label(words: str, unit: str | None) -> str:
+    """An axis label in words, the unit appended: ``'time per kernel (µs)'``."""
     shown = unit_text(unit or "")
-    return f"{name} ({shown})" if shown else name
+    return f"{words} ({shown})" if shown else words

@@ -4,7 +4,9 @@ Text, axes, ticks and grid are drawn in a sentinel colour that is then replaced 
 ``currentColor``, so they take the colour of the page's text in either palette; text
 stays text (``svg.fonttype = 'none'``) in the page's font; the background is
 transparent; the series colours have a contrast of at least 3:1 against both Material's
-white and its slate background. Error bars span q1 to q3 where a metric has them.
+white and its slate background. A point over several runs carries the run-to-run range,
+drawn as a shaded band around its series; a point of one run carries its quartiles,
+drawn as error bars from q1 to q3.
 """
 from __future__ import annotations
 
@@ -36,14 +38,17 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 class Point:
     x: float | str
     y: float
-    q1: float | None = None
+    q1: float | None = None  # quartiles of one run's repetitions: error bars
     q3: float | None = None
+    low: float | None = None  # lowest and highest run median: the band
+    high: float | None = None
 
 
 @dataclass(frozen=True)
 class Series:
     label: str | None
     points: tuple[Point, ...]
+    key: str | None = None  # the case value it stands for (legend= renames it by this)
 
 
 def _style() -> dict:
@@ -101,7 +106,11 @@ def line_plot(
                 color = COLORS[i % len(COLORS)]
                 ax.plot(xs, ys, marker=MARKERS[i % len(MARKERS)], markersize=4, linewidth=1.6,
                         color=color, label=s.label)
-                if all(p.q1 is not None and p.q3 is not None for p in s.points):
+                if any(p.low is not None for p in s.points):  # a point of fewer runs: no width
+                    lows = [p.y if p.low is None else p.low for p in s.points]
+                    highs = [p.y if p.high is None else p.high for p in s.points]
+                    ax.fill_between(xs, lows, highs, color=color, alpha=0.18, linewidth=0)
+                elif all(p.q1 is not None and p.q3 is not None for p in s.points):
                     low = [max(p.y - p.q1, 0.0) for p in s.points]
                     high = [max(p.q3 - p.y, 0.0) for p in s.points]
                     ax.errorbar(xs, ys, yerr=[low, high], fmt="none", ecolor=color, elinewidth=1, capsize=2)

@@ -31,6 +31,8 @@ _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})")
 
 OPS = (">=", ">", "<=", "<")
 STATS = ("median", "iqr", "q1", "q3", "n")
+#: How lab:value quotes a figure: one number (the median across runs) or the run-to-run range.
+SPREADS = ("point", "range")
 
 
 class ShortcodeError(LabError):
@@ -105,10 +107,14 @@ class PlotRequest:
     topic: str
     x: str
     y: str
+    xlabel: str  # the axes in words; the y unit is appended
+    ylabel: str
     series: str | None = None
     logx: bool = False
     logy: bool = False
     title: str | None = None
+    #: Series value (as the table writes it) -> legend text; others show their value.
+    legend: dict[str, str] = field(default_factory=dict)
     where: dict[str, Scalar] = field(default_factory=dict)
 
 
@@ -118,6 +124,7 @@ class ValueRequest:
     metric: str
     machine: str | None = None
     stat: str = "median"
+    spread: str = "point"  # "range": quote the run-to-run range, for a figure whose runs differ
     where: dict[str, Scalar] = field(default_factory=dict)
 
 
@@ -212,28 +219,55 @@ def _notes(code: Shortcode) -> NotesRequest:
     return NotesRequest(topic, _names(code, own, "keys"))
 
 
+def _legend(code: Shortcode, own: dict[str, Scalar]) -> dict[str, str]:
+    """``legend="eager:Eager launches,graph:One graph"`` -> ``{"eager": "Eager launches", ...}``."""
+    text = _text(code, own, "legend", required=False)
+    if text is None:
+        return {}
+    out: dict[str, str] = {}
+    for item in text.split(","):
+        value, sep, shown = item.partition(":")
+        if not sep or not value.strip() or not shown.strip():
+            raise ShortcodeError(f"legend={text!r}: each entry is value:Text, not {item!r}")
+        if value.strip() in out:
+            raise ShortcodeError(f"legend={text!r} names {value.strip()!r} twice")
+        out[value.strip()] = shown.strip()
+    return out
+
+
 def _plot(code: Shortcode) -> PlotRequest:
     (topic,) = _positional(code, ("topic",))
-    own, where = _split(code, ("x", "y", "series", "logx", "logy", "title"))
-    return PlotRequest(
+    own, where = _split(code, ("x", "y", "xlabel", "ylabel", "series", "logx", "logy", "title", "legend"))
+    request = PlotRequest(
         topic,
         x=_text(code, own, "x", required=True),
         y=_text(code, own, "y", required=True),
+        xlabel=_text(code, own, "xlabel", required=True),
+        ylabel=_text(code, own, "ylabel", required=True),
         series=_text(code, own, "series", required=False),
         logx=_flag(code, own, "logx"),
         logy=_flag(code, own, "logy"),
         title=_text(code, own, "title", required=False),
+        legend=_legend(code, own),
         where=where,
     )
+    if request.legend and request.series is None:
+        raise ShortcodeError("legend= renames series: name series= too")
+    return request
 
 
 def _value(code: Shortcode) -> ValueRequest:
     topic, metric = _positional(code, ("topic", "metric"))
-    own, where = _split(code, ("machine", "stat"))
+    own, where = _split(code, ("machine", "stat", "spread"))
     stat = _text(code, own, "stat", required=False) or "median"
     if stat not in STATS:
         raise ShortcodeError(f"stat={stat!r} is not one of {', '.join(STATS)}")
-    return ValueRequest(topic, metric, _text(code, own, "machine", required=False), stat, where)
+    spread = _text(code, own, "spread", required=False) or "point"
+    if spread not in SPREADS:
+        raise ShortcodeError(f"spread={spread!r} is not one of {', '.join(SPREADS)}")
+    if spread == "range" and stat != "median":
+        raise ShortcodeError(f"spread=range quotes the range of the medians; it does not go with stat={stat}")
+    return ValueRequest(topic, metric, _text(code, own, "machine", required=False), stat, spread, where)
 
 
 def _claim(code: Shortcode) -> ClaimRequest:

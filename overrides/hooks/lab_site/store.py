@@ -1,14 +1,23 @@
-"""The records a build can show: where they live, which are current, which rows a page asks for.
+"""The records a build can show: where they live, which are current, how runs group.
 
-Records live in ``<root>/<machine slug>/<topic>.json``. The book's own root comes first
-(``docs/records``); further roots (a reader's own runs) follow and are labelled with their
-folder name. Every file is validated with the lab's own loader; a file that does not
-load is kept as *broken* with its message, so the page that asks for its topic can
-say which page and which file, and the build can still fail on broken files no page uses.
+Records live in ``<root>/<machine slug>/<topic>/<run id>.json`` (schema 2; the legacy
+``<root>/<machine slug>/<topic>.json`` of schema 1 loads as run ``v1``). The book's own
+root comes first (``docs/records``); further roots (a reader's own runs) follow and are
+labelled with their folder name. Every file is validated with the lab's own loader; a
+file that does not load is kept as *broken* with its message, so the page that asks
+for its topic can say which page and which file, and the build can still fail on broken
+files no page uses.
+
+A page shows *groups*, not files: the runs of one topic on one kind of machine under
+one root (:class:`Group`). When some runs of a group are current and others were made
+by code that has changed since, only the current ones count. A legacy record that
+skipped its topic (empty results, a ``skipped`` note: one-GPU runs of multi-GPU topics
+wrote these) belongs to no group; Appendix A lists it.
 """
 from __future__ import annotations
 
-import math
+import ast
+import functools
 import os
 import posixpath
 from collections.abc import Iterable, Sequence
@@ -16,14 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from examples.lab.provenance import source_sha256
-from examples.lab.records import Metric, Record, RecordError, Row, load_record
+from examples.lab.records import Record, RecordError, load_record, record_files
 
 from lab_site import LabError
-from lab_site.shortcodes import Scalar
-
-
-class SelectionError(LabError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,7 @@ class Root:
 
 @dataclass(frozen=True)
 class Entry:
-    """One loaded record, with where it came from and whether its code has changed since."""
+    """One loaded record (one run), with where it came from and whether its code has changed since."""
 
     record: Record
     path: Path
@@ -57,53 +61,117 @@ class Entry:
         return self.record.machine.device == "cuda"
 
     @property
+    def run_id(self) -> str:
+        return self.record.run.id
+
+    @property
+    def skipped(self) -> str | None:
+        """Why the run measured nothing, for a record that says it skipped its topic."""
+        note = self.record.notes.get("skipped")
+        return str(note) if not self.record.results and note is not None else None
+
+
+@dataclass(frozen=True, eq=False)  # compared (and cached) by identity: its records are large
+class Group:
+    """The runs of one topic on one kind of machine under one root: what one tab shows."""
+
+    root: Root
+    topic: str
+    runs: tuple[Entry, ...]  # the runs the figures come from, oldest first
+    left_out: tuple[Entry, ...] = ()  # stale runs not counted because current ones exist
+    multi_gpu: bool = False  # the topic's example runs on several GPUs at once
+
+    @property
+    def record(self) -> Record:
+        """The latest run's record: the machine and software a tab names."""
+        return self.runs[-1].record
+
+    @property
+    def site_uri(self) -> str:
+        """The latest run's file, for a single link (a calculator's input)."""
+        return self.runs[-1].site_uri
+
+    @property
+    def slug(self) -> str:
+        return self.record.machine.slug
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.record.machine.device == "cuda"
+
+    @property
+    def stale(self) -> bool:
+        """Every counted run is stale (a group with a current run counts only current runs)."""
+        return self.runs[0].stale
+
+    @property
+    def stale_reason(self) -> str | None:
+        return self.runs[-1].stale_reason
+
+    @property
+    def key(self) -> str:
+        """Unique per group in a build: the folder of its runs in the site."""
+        return f"{self.root.site_prefix}/{self.slug}/{self.topic}"
+
+    @property
     def label(self) -> str:
-        """The tab title: the GPU's name, or the host CPU for a CPU record."""
+        """The tab title: the GPU's name (``2 × `` for a multi-GPU topic), or the host CPU."""
         m = self.record.machine
-        name = m.gpu_name if self.is_gpu and m.gpu_name else f"CPU: {m.host_cpu}"
+        if self.is_gpu and m.gpu_name:
+            name = f"{m.gpu_count} × {m.gpu_name}" if self.multi_gpu and m.gpu_count > 1 else m.gpu_name
+        else:
+            name = f"CPU: {m.host_cpu}"
         return f"{name} · {self.root.label}" if self.root.label else name
 
     @property
     def short_label(self) -> str:
         name = self.label
-        return name[len("NVIDIA "):] if name.startswith("NVIDIA ") else name
+        return name.replace("NVIDIA ", "", 1)
 
 
 @dataclass
 class Store:
+    #: Every record that loaded, skipped ones included (their files are served too).
     entries: list[Entry] = field(default_factory=list)
     #: Files that did not load: path -> message.
     broken: dict[Path, str] = field(default_factory=dict)
+    #: The topic each broken file's path names.
+    broken_topics: dict[Path, str] = field(default_factory=dict)
+    groups: list[Group] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> list[Entry]:
+        return [e for e in self.entries if e.skipped]
 
     def broken_for(self, topic: str) -> dict[Path, str]:
-        return {p: msg for p, msg in self.broken.items() if p.stem == topic}
+        return {p: msg for p, msg in self.broken.items() if self.broken_topics.get(p) == topic}
 
-    def topic(self, topic: str, primary: str | None = None) -> list[Entry]:
-        """The records of ``topic``: GPUs first (the primary machine first of all), then CPUs."""
+    def topic(self, topic: str, primary: str | None = None) -> list[Group]:
+        """The groups of ``topic``: GPUs first (the primary machine first of all), then CPUs."""
         broken = self.broken_for(topic)
         if broken:
             path, message = next(iter(broken.items()))
             raise LabError(f"record {path} of topic {topic} is malformed: {message}")
-        found = [e for e in self.entries if e.record.topic == topic]
-        return sorted(found, key=lambda e: (not e.is_gpu, e.slug != primary, e.root.index, e.label))
+        found = [g for g in self.groups if g.topic == topic]
+        return sorted(found, key=lambda g: (not g.is_gpu, g.slug != primary, g.root.index, g.label))
 
-    def gpu(self, topic: str, primary: str | None = None) -> list[Entry]:
-        return [e for e in self.topic(topic, primary) if e.is_gpu]
+    def gpu(self, topic: str, primary: str | None = None) -> list[Group]:
+        return [g for g in self.topic(topic, primary) if g.is_gpu]
 
-    def machine(self, topic: str, slug: str | None, primary: str | None) -> Entry:
-        """The record of ``topic`` on ``slug``; with no slug, the primary machine's, or else the first GPU's."""
-        entries = self.topic(topic, primary)
-        if not entries:
+    def machine(self, topic: str, slug: str | None, primary: str | None) -> Group:
+        """The runs of ``topic`` on ``slug``; with no slug, the primary machine's, or else the first GPU's."""
+        groups = self.topic(topic, primary)
+        if not groups:
             raise LabError(f"no record of topic {topic} in any records folder")
         if slug is not None:
-            for e in entries:
-                if e.slug == slug:
-                    return e
-            have = ", ".join(sorted({e.slug for e in entries}))
+            for g in groups:
+                if g.slug == slug:
+                    return g
+            have = ", ".join(sorted({g.slug for g in groups}))
             raise LabError(f"no record of topic {topic} on machine {slug} (machines with it: {have})")
-        gpus = [e for e in entries if e.is_gpu]
+        gpus = [g for g in groups if g.is_gpu]
         if not gpus:
-            raise LabError(f"no GPU record of topic {topic} (only {', '.join(e.slug for e in entries)})")
+            raise LabError(f"no GPU record of topic {topic} (only {', '.join(g.slug for g in groups)})")
         return gpus[0]  # the primary machine sorts first when it has the topic
 
 
@@ -133,78 +201,82 @@ def roots_from(config_dir: Path, docs_dir: Path, paths: Sequence[str], env_value
 
 
 def load(roots: Iterable[Root], repo_root: Path) -> Store:
-    """Load and validate every record under ``roots``; check each against its source file."""
+    """Load and validate every record under ``roots``; check each against its source file; group the runs."""
     store = Store()
+    hashes = _Hashes(repo_root)
     for root in roots:
-        for path in sorted(root.path.glob("*/*.json")):
+        for path in record_files(root.path):
+            relative = path.relative_to(root.path)
             try:
                 record = load_record(path)
             except RecordError as exc:
                 store.broken[path] = str(exc)
+                # <slug>/<topic>.json (legacy) or <slug>/<topic>/<run>.json
+                store.broken_topics[path] = relative.stem if len(relative.parts) == 2 else relative.parts[1]
                 continue
-            stale, reason = staleness(record, repo_root)
-            uri = posixpath.join(root.site_prefix, path.relative_to(root.path).as_posix())
+            stale, reason = hashes.staleness(record)
+            uri = posixpath.join(root.site_prefix, relative.as_posix())
             store.entries.append(Entry(record, path, root, uri, stale, reason))
+    store.groups = group_runs([e for e in store.entries if not e.skipped], repo_root)
     return store
+
+
+def group_runs(entries: Iterable[Entry], repo_root: Path) -> list[Group]:
+    """One group per (root, machine, topic); current runs only where a group has any."""
+    by_key: dict[tuple[int, str, str], list[Entry]] = {}
+    roots: dict[int, Root] = {}
+    for e in entries:
+        by_key.setdefault((e.root.index, e.slug, e.record.topic), []).append(e)
+        roots[e.root.index] = e.root
+    groups = []
+    for (index, _slug, topic), runs in by_key.items():
+        runs.sort(key=lambda e: (e.record.run.date, e.run_id))
+        current = tuple(e for e in runs if not e.stale)
+        shown = current or tuple(runs)
+        left_out = tuple(e for e in runs if e.stale) if current else ()
+        groups.append(Group(roots[index], topic, shown, left_out, min_gpus(repo_root / runs[0].record.source) > 1))
+    return groups
+
+
+@functools.lru_cache(maxsize=None)
+def min_gpus(source: Path) -> int:
+    """``MIN_GPUS`` of an example (read, not imported: importing would pull in torch); 1 if unset or unreadable."""
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return 1
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "MIN_GPUS" for t in targets) \
+                    and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int):
+                return node.value.value
+    return 1
+
+
+class _Hashes:
+    """Source hashes, computed once per file: many runs share one example."""
+
+    def __init__(self, repo_root: Path):
+        self.repo_root = repo_root
+        self.cache: dict[str, str | None] = {}
+
+    def staleness(self, record: Record) -> tuple[bool, str | None]:
+        if record.source not in self.cache:
+            source = self.repo_root / record.source
+            self.cache[record.source] = source_sha256(source) if source.is_file() else None
+        return _verdict(record, self.cache[record.source])
 
 
 def staleness(record: Record, repo_root: Path) -> tuple[bool, str | None]:
     """Whether the record was measured by code that has changed since (or is gone)."""
     source = repo_root / record.source
-    if not source.is_file():
+    return _verdict(record, source_sha256(source) if source.is_file() else None)
+
+
+def _verdict(record: Record, current: str | None) -> tuple[bool, str | None]:
+    if current is None:
         return True, f"{record.source} no longer exists"
-    if source_sha256(source) != record.source_sha256:
+    if current != record.source_sha256:
         return True, f"{record.source} has changed since this record was made"
     return False, None
-
-
-# -- rows and metrics ------------------------------------------------------------------
-
-def _same(a: Scalar, b: Scalar) -> bool:
-    """Equal as JSON values: ``True`` is not ``1``, ``32`` is ``32.0``."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b
-    return a == b
-
-
-def select(entry: Entry, where: dict[str, Scalar]) -> list[Row]:
-    """The rows of ``entry`` whose case has every ``key=value`` of ``where``; at least one."""
-    rows = entry.record.results
-    keys = {k for r in rows for k in r.case}
-    for key in where:
-        if key not in keys:
-            raise SelectionError(
-                f"topic {entry.record.topic} on {entry.slug} has no case key {key!r} "
-                f"(keys: {', '.join(sorted(keys)) or 'none'})"
-            )
-    chosen = [r for r in rows if all(k in r.case and _same(r.case[k], v) for k, v in where.items())]
-    if not chosen:
-        seen = "; ".join(
-            f"{k}: {', '.join(sorted({repr(r.case.get(k)) for r in rows}))}" for k in where
-        )
-        wanted = " ".join(f"{k}={v!r}" for k, v in where.items())
-        raise SelectionError(
-            f"no row of topic {entry.record.topic} on {entry.slug} has {wanted} (values seen: {seen})"
-        )
-    return chosen
-
-
-def metric(entry: Entry, row: Row, name: str) -> Metric:
-    found = row.metrics.get(name)
-    if found is None:
-        case = " ".join(f"{k}={v!r}" for k, v in row.case.items())
-        raise SelectionError(
-            f"topic {entry.record.topic} on {entry.slug} has no metric {name!r} for {case} "
-            f"(metrics: {', '.join(row.metrics) or 'none'})"
-        )
-    return found
-
-
-def stat(m: Metric, which: str) -> float:
-    """One statistic of a metric: median, iqr, q1, q3 or n."""
-    value = m.iqr if which == "iqr" else getattr(m, which)
-    if value is None:
-        raise SelectionError(f"the metric has no {which} (computed figures carry only a median)")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise SelectionError(f"the metric's {which} is not finite")
-    return value

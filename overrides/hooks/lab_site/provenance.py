@@ -1,0 +1,123 @@
+"""Where a tab's numbers come from: one line above a table or plot, and the stale warning.
+
+The line names the machine and software of the runs, how many runs there were, when
+and at which commits, the clocks and power the GPU ran at under load (where the
+records sampled them), the timers that produced the figures *shown* (each metric says
+its own: a page may mix CUDA events with a profiler's clock), and links to every run's
+record.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from examples.lab.records import Metric
+
+from lab_site.fmt import NBSP, date_span, plural, run_date, short_commit
+from lab_site.runs import median_of
+from lab_site.store import Entry, Group
+
+STALE_TITLE = "Measured on an earlier version of this code"
+INDENT = "    "
+
+
+def _distinct(values: Iterable) -> list:
+    return list(dict.fromkeys(v for v in values if v is not None))
+
+
+def _span(values: Iterable[int | None]) -> str | None:
+    known = sorted({v for v in values if v is not None})
+    if not known:
+        return None
+    return str(known[0]) if len(known) == 1 else f"{known[0]}–{known[-1]}"
+
+
+def methods(metrics: Iterable[Metric]) -> str | None:
+    """The timers behind ``metrics``, each with its repetitions, warm-up and calls per sample where known."""
+    by_timer: dict[str, list[Metric]] = {}
+    for m in metrics:
+        if m.method != "computed":  # a ratio or a rate of timed figures: its inputs say how they were timed
+            by_timer.setdefault(m.method, []).append(m)
+    parts = []
+    for timer, ms in by_timer.items():
+        bits = []
+        if (n := _span(m.n for m in ms)) is not None:
+            bits.append(f"{n} repetitions")
+        if (warmup := _span(m.warmup for m in ms)) is not None:
+            bits.append(f"after {warmup} warm-up")
+        if (inner := _span(m.inner for m in ms if m.inner and m.inner > 1)) is not None:
+            bits.append(f"{inner} calls per sample")
+        parts.append(f"timer `{timer}`" + (f" ({' '.join(bits)})" if bits else ""))
+    return "; ".join(parts) or None
+
+
+def under_load(group: Group) -> str | None:
+    """``'SM 1,410–1,755 MHz, 690 W of 700 W under load'``: the runs' median SM clock and board power."""
+    loads = [e.record.load for e in group.runs if e.record.load is not None]
+    if not loads:
+        return None
+    # Whole numbers: NVML reads clocks to the MHz and board power to the watt or so.
+    whole = lambda x: f"{round(x):,}"  # noqa: E731
+    low, high = min(s.sm_mhz_median for s in loads), max(s.sm_mhz_median for s in loads)
+    text = f"SM {whole(low)}{'' if whole(low) == whole(high) else '–' + whole(high)}{NBSP}MHz"
+    text += f", {whole(median_of(s.power_w_median for s in loads))} W"
+    limits = _distinct(e.record.machine.power_limit_w for e in group.runs)
+    if limits:
+        text += f" of {' / '.join(whole(w) for w in limits)} W"
+    return text + " under load"
+
+
+def runs_text(group: Group) -> str:
+    """``'3 runs 2026-11-20 to 2026-11-22, commit 0123456'`` (and the stale runs left out)."""
+    runs = [e.record.run for e in group.runs]
+    commits = _distinct(short_commit(r.commit, r.dirty) for r in runs)
+    text = f"{plural(len(runs), 'run')} {date_span([r.date for r in runs])}"
+    text += f", commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}"
+    if group.left_out:
+        text += f" ({plural(len(group.left_out), 'stale run')} of older code left out)"
+    return text
+
+
+def run_links(runs: Iterable[Entry], link: Callable[[Entry], str]) -> str:
+    """``runs: 1 2 3``, each a link to that run's JSON, its id and date in the title."""
+    items = [f'[{i}]({link(e)} "run {e.run_id}, {run_date(e.record.run.date)}")' for i, e in enumerate(runs, 1)]
+    return "runs (JSON): " + " ".join(items)
+
+
+def line(group: Group, link: Callable[[Entry], str], metrics: Iterable[Metric] = ()) -> str:
+    """The provenance of a tab: machine, software, runs, load, the timers of ``metrics``, links."""
+    machines = [e.record.machine for e in group.runs]
+    m = group.record.machine
+    joined = lambda values: " / ".join(_distinct(values)) or "unknown"  # noqa: E731
+    parts: list[str] = []
+    if group.is_gpu:
+        parts.append(m.gpu_name or "unknown GPU")
+        if m.sm_count:
+            parts.append(f"{m.sm_count} SMs")
+        parts.append(f"driver {joined(x.driver for x in machines)}")
+        parts.append(f"CUDA {joined(x.cuda for x in machines)}")
+    else:
+        parts.append(f"{m.host_cpu} ({m.host_cores} cores)")
+    parts.append(f"torch {joined(x.torch for x in machines)}")
+    tritons = _distinct(x.triton for x in machines)
+    parts.append(f"Triton {' / '.join(tritons)}" if tritons else "no Triton")
+    parts.append(runs_text(group))
+    if (load := under_load(group)) is not None:
+        parts.append(load)
+    if (timers := methods(metrics)) is not None:
+        parts.append(timers)
+    if any(e.record.run.quick for e in group.runs):
+        parts.append("quick run (CI sizes)")
+    parts.append(run_links(group.runs, link))
+    return " · ".join(parts) + "\n{ .lab-provenance }"
+
+
+def stale_note(group: Group) -> str:
+    command = f"python -m examples.lab run {group.topic} --out DIR"
+    source = group.record.source
+    reason = (group.stale_reason or "").replace(source, f"`{source}`", 1)
+    return (
+        f'!!! warning "{STALE_TITLE}"\n\n'
+        f"{INDENT}{reason}: the numbers below were measured by the code as it was on "
+        f"{date_span([e.record.run.date for e in group.runs])}. Rerun `{command}` to refresh them.\n"
+    )
+
