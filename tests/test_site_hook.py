@@ -101,7 +101,7 @@ def test_each_shortcode_becomes_its_request():
     ('<!-- lab:plot t.x x=a y=b xlabel=a ylabel=b series=s legend="eager" -->', "each entry is value:Text"),
     ('<!-- lab:plot t.x x=a y=b xlabel=a ylabel=b series=s legend="a:A,a:B" -->', "names 'a' twice"),
     ('<!-- lab:plot t.x x=a y=b xlabel=a ylabel=b legend="a:A" -->', "legend= renames series: name series="),
-    ("<!-- lab:value t.x time stat=mean -->", "stat='mean' is not one of median, iqr, q1, q3, n"),
+    ("<!-- lab:value t.x time stat=mean -->", "stat='mean' is not one of median, iqr, q1, q3, n, sm_mhz, mem_mhz, power_w"),
     ("<!-- lab:value t.x time spread=wide -->", "spread='wide' is not one of point, range"),
     ("<!-- lab:value t.x time spread=range stat=iqr -->", "does not go with stat=iqr"),
     ("<!-- lab:claim t.x speedup => 2 -->", "operator '=>' is not one of >= > <= <"),
@@ -492,6 +492,20 @@ def test_value_is_the_median_across_runs_with_the_range_in_its_title(fixture_sto
         markdown.value(req("<!-- lab:value fixture.launch time layers=32 -->"), h200)
     with pytest.raises(figures.SelectionError, match="has no iqr"):
         markdown.value(req("<!-- lab:value fixture.launch speedup layers=8 mode=graph stat=iqr -->"), h200)
+    with pytest.raises(figures.SelectionError, match="has no sm_mhz: no clocks or power were sampled"):
+        markdown.value(req("<!-- lab:value fixture.launch time layers=8 mode=eager stat=sm_mhz -->"), h200)
+
+
+def test_load_statistics_are_medians_across_runs_in_their_own_units():
+    from examples.lab.records import Load, Metric
+
+    def run(sm, watts):
+        load = Load(sm_mhz=sm, mem_mhz=2619, power_w=watts, samples=40) if sm else None
+        return None, Metric(unit="us", median=100.0, method="cuda_event", load=load)
+
+    figure = figures.Figure("us", (run(1410, 690.0), run(1455, 700.0), run(1500, 650.0), run(None, 0)))
+    assert figures.stat(figure, "sm_mhz") == 1455 and figures.stat(figure, "power_w") == 690.0
+    assert figures.stat_unit(figure, "sm_mhz") == "MHz" and figures.stat_unit(figure, "median") == "us"
 
 
 def test_claim_badges_count_the_runs(fixture_store):

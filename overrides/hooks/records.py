@@ -7,7 +7,7 @@ roots of ``extra.lab.record_roots`` (and the folders named in the environment va
     <!-- lab:table TOPIC [metrics=a,b] [key=value ...] -->
     <!-- lab:plot TOPIC x=KEY y=METRIC xlabel="words" ylabel="words" [series=KEY]
          [legend="value:Text,value:Text"] [logx=true] [logy=true] [title="..."] [key=value ...] -->
-    <!-- lab:value TOPIC METRIC [machine=SLUG] [stat=median|iqr|q1|q3|n] [spread=range] [key=value ...] -->
+    <!-- lab:value TOPIC METRIC [machine=SLUG] [stat=median|iqr|q1|q3|n|sm_mhz|mem_mhz|power_w] [spread=range] [key=value ...] -->
     <!-- lab:claim TOPIC METRIC OP BOUND [key=value ...] -->     (OP: >= > <= <)
     <!-- lab:notes TOPIC [keys=a,b] -->                           (what an example observed)
     <!-- lab:calculator NAME [machine=SLUG] -->                   (a live model; lab_site/calculators.py)

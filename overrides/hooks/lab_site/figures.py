@@ -136,8 +136,24 @@ def metric(group: Group, row: GroupRow, name: str) -> Figure:
     return found
 
 
+#: Statistics of the GPU's state while a metric was timed (NVML samples), with their units.
+LOAD_STATS = {"sm_mhz": "MHz", "mem_mhz": "MHz", "power_w": "W"}
+
+
+def stat_unit(figure: Figure, which: str) -> str:
+    """The unit a statistic is quoted in: the metric's own, or a clock's or power's."""
+    return LOAD_STATS.get(which, figure.unit)
+
+
 def stat(figure: Figure, which: str) -> float:
-    """One statistic across runs: the median over runs of each run's median, iqr, q1, q3 or n."""
+    """One statistic across runs: the median over runs of each run's median, iqr, q1, q3 or n,
+    or of the SM clock, memory clock or board power sampled while the metric was timed."""
+    if which in LOAD_STATS:
+        values = [getattr(m.load, which) for m in figure.metrics if m.load is not None]
+        if not values:
+            raise SelectionError(f"the metric has no {which}: no clocks or power were sampled while it "
+                                 "was timed (a CPU run, or a region shorter than the sampling period)")
+        return median_of(values)
     values = [m.iqr if which == "iqr" else getattr(m, which) for m in figure.metrics]
     values = [v for v in values if v is not None]
     if not values:

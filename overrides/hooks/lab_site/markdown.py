@@ -16,7 +16,7 @@ from examples.lab.records import Metric
 from lab_site import LabError
 from lab_site import provenance as prov
 from lab_site.claims import ClaimResult, Verdict
-from lab_site.figures import Figure, GroupRow, SelectionError, metric, select, stat
+from lab_site.figures import Figure, GroupRow, SelectionError, metric, select, stat, stat_unit
 from lab_site.fmt import case_value, date_span, format_quantity, format_range, plural, run_date, unit_text
 from lab_site.runs import NOISY
 from lab_site.shortcodes import NotesRequest, PlotRequest, TableRequest, ValueRequest
@@ -238,7 +238,7 @@ def value(request: ValueRequest, group: Group) -> str:
         shown = format_range(a.low, a.high, f.unit)
     else:
         x = stat(f, request.stat)
-        shown = str(round(x)) if request.stat == "n" else format_quantity(x, f.unit)
+        shown = str(round(x)) if request.stat == "n" else format_quantity(x, stat_unit(f, request.stat))
     details = [f"{group.label} ({group.slug})",
                f"median of {plural(a.count, 'run')} {format_quantity(a.median, f.unit)}"]
     if a.count > 1:

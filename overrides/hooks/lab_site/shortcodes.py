@@ -30,7 +30,7 @@ _OPTION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})")
 
 OPS = (">=", ">", "<=", "<")
-STATS = ("median", "iqr", "q1", "q3", "n")
+STATS = ("median", "iqr", "q1", "q3", "n", "sm_mhz", "mem_mhz", "power_w")
 #: How lab:value quotes a figure: one number (the median across runs) or the run-to-run range.
 SPREADS = ("point", "range")
 
