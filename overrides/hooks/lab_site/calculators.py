@@ -132,9 +132,9 @@ CALCULATORS: dict[str, Calculator] = {
                 Field("flops", "--flops", "Work of one call", "FLOP"),
                 Field("bytes", "--bytes", "Memory traffic of one call", "B"),
                 Field("peak_tflops", "--peak-tflops", "Arithmetic roof", "TFLOP/s",
-                      source=Source("stack.roofline", "rate", {"op": "ridge"})),
+                      source=Source("stack.roofline", "rate", {"op": "gemm", "n": 4096})),
                 Field("bandwidth_gbs", "--bandwidth-gbs", "Memory roof", "GB/s",
-                      source=Source("stack.roofline", "bandwidth", {"op": "ridge"})),
+                      source=Source("stack.roofline", "bandwidth", {"op": "copy"})),
             ),
             outputs=(
                 Output("intensity", "Arithmetic intensity", "FLOP/B"),

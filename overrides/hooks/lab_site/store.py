@@ -93,7 +93,8 @@ class Group:
 
     @property
     def slug(self) -> str:
-        return self.record.machine.slug
+        """The machine's slug; for a multi-GPU topic run on several GPUs, with their count (``nvidia-h200-x4``)."""
+        return group_slug(self.runs[-1], self.multi_gpu)
 
     @property
     def is_gpu(self) -> bool:
@@ -225,8 +226,13 @@ def group_runs(entries: Iterable[Entry], repo_root: Path) -> list[Group]:
     """One group per (root, machine, topic); current runs only where a group has any."""
     by_key: dict[tuple[int, str, str], list[Entry]] = {}
     roots: dict[int, Root] = {}
+    multi: dict[str, bool] = {}
     for e in entries:
-        by_key.setdefault((e.root.index, e.slug, e.record.topic), []).append(e)
+        topic = e.record.topic
+        if topic not in multi:
+            multi[topic] = min_gpus(repo_root / e.record.source) > 1
+        # Runs of a multi-GPU topic on 2 and on 4 GPUs are different machines: separate groups.
+        by_key.setdefault((e.root.index, group_slug(e, multi[topic]), topic), []).append(e)
         roots[e.root.index] = e.root
     groups = []
     for (index, _slug, topic), runs in by_key.items():
@@ -234,8 +240,14 @@ def group_runs(entries: Iterable[Entry], repo_root: Path) -> list[Group]:
         current = tuple(e for e in runs if not e.stale)
         shown = current or tuple(runs)
         left_out = tuple(e for e in runs if e.stale) if current else ()
-        groups.append(Group(roots[index], topic, shown, left_out, min_gpus(repo_root / runs[0].record.source) > 1))
+        groups.append(Group(roots[index], topic, shown, left_out, multi[topic]))
     return groups
+
+
+def group_slug(entry: Entry, multi_gpu: bool) -> str:
+    """``nvidia-h200`` for one GPU; ``nvidia-h200-x2`` for a multi-GPU topic that ran on two."""
+    count = entry.record.machine.gpu_count
+    return f"{entry.slug}-x{count}" if multi_gpu and entry.is_gpu and count > 1 else entry.slug
 
 
 @functools.lru_cache(maxsize=None)
