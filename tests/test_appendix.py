@@ -71,9 +71,15 @@ def test_every_run_is_listed_with_provenance_and_the_commands_that_reproduce_it(
 def test_a_summary_counts_figures_and_noisy_ones_per_machine(book, fixtures):
     loaded, pages = book
     head = generated.records(loaded, pages, PRIMARY, generated.relative_link("appendix-records.md")).split("\n## ")[0]
-    count = sum(len(r.metrics) for g in loaded.groups for r in g.runs[-1].record.results)
-    assert head.startswith(f"{count} figures, 0 noisy (their runs differ by more than 15 % of the median")
-    assert f"- NVIDIA H200 (`{PRIMARY}`): {count} figures of {len(loaded.groups)} topics" in head
+    total, noisy = map(int, re.match(r"(\d+) figures, (\d+) noisy \(their runs differ by more than 15 %", head).groups())
+    # One line per machine of the book, whose figures add up to the total.
+    per_machine = re.findall(r"^- .* \(`([a-z0-9-]+)`\): (\d+) figures? of (\d+) topics?, runs per topic: ([0-9–]+), "
+                             r"(\d+) noisy", head, flags=re.M)
+    assert {slug for slug, *_ in per_machine} == {g.slug for g in loaded.groups if g.root.index == 0}
+    assert sum(int(f) for _, f, *_ in per_machine) == total
+    assert sum(int(n) for *_, n in per_machine) == noisy < total
+    # The book's figures come from at least 3 runs each.
+    assert all(int(runs.split("–")[0]) >= 3 for *_, runs, _ in per_machine)
     summary = generated.summary(fixtures)
     assert summary.startswith("14 figures, 1 noisy")
     assert "- NVIDIA H200 (`nvidia-h200`): 6 figures of 1 topic, runs per topic: 3, 1 noisy" in summary

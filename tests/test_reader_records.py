@@ -90,24 +90,32 @@ def test_the_default_build_has_no_reader_tab(reader_site, built_site):
 
 @pytest.fixture(scope="module")
 def one_gpu_reader(tmp_path_factory) -> tuple[Path, Path]:
-    """Every topic of the book measured once on one H100 (no collective), and a legacy record that skipped one."""
+    """Every topic of the book measured on one H100 (no collective; the book's H200 runs, relabelled), and a
+    legacy record that skipped one."""
     records = tmp_path_factory.mktemp("one-gpu") / "my-h100"
-    run_id = "20261201T090000Z-0a1b2c3d-4242"
-    for record in load_records(REPO / "docs" / "records"):
+    book = [r for r in load_records(REPO / "docs" / "records") if r.machine.slug == "nvidia-h200"]
+    reader_runs = {old: f"20261201T09000{i}Z-0a1b2c3d-424{i}"
+                   for i, old in enumerate(sorted({r.run.id for r in book if r.machine.gpu_count == 1}))}
+    for record in book:
         if record.topic.startswith("collectives."):
             continue  # the runner skips a topic that needs two GPUs and writes nothing
+        run_id = reader_runs[record.run.id]
         data = json.loads(record.model_dump_json())
         data["machine"].update(slug=READER_SLUG, gpu_name=READER_GPU, gpu_count=1)
         data["run"].update(id=run_id, boot_id="0a1b2c3d-0000-4000-8000-000000000000", wall_s=30.0,
-                           date="2026-12-01T09:00:00+00:00")
+                           date=f"2026-12-01T09:00:0{run_id[14]}+00:00")
         path = records / READER_SLUG / record.topic / f"{run_id}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, indent=1))
     # Before runs had ids, a one-GPU run of a collective wrote an empty record that said why.
-    book = json.loads((REPO / "docs" / "records" / "nvidia-h200" / "collectives.ring_allreduce.json").read_text())
-    legacy = {**book, "results": [], "notes": {"skipped": SKIPPED},
-              "machine": {**book["machine"], "slug": READER_SLUG, "gpu_name": READER_GPU, "gpu_count": 1}}
-    assert legacy["schema_version"] == 1 and "id" not in legacy["run"]
+    book = json.loads(next(r for r in load_records(REPO / "docs" / "records")
+                           if r.topic == "collectives.ring_allreduce").model_dump_json())
+    # Version 1 had no run ids, no power limit and no load readings.
+    run = {k: v for k, v in book["run"].items() if k not in ("id", "boot_id", "wall_s")}
+    machine = {k: v for k, v in book["machine"].items() if k != "power_limit_w"}
+    legacy = {k: v for k, v in book.items() if k != "load"}
+    legacy.update(schema_version=1, run=run, results=[], notes={"skipped": SKIPPED},
+                  machine={**machine, "slug": READER_SLUG, "gpu_name": READER_GPU, "gpu_count": 1})
     (records / READER_SLUG / "collectives.ring_allreduce.json").write_text(json.dumps(legacy, indent=1))
     site = records.parent / "site"
     proc = build(REPO, site, LAB_EXTRA_RECORDS=str(records))
@@ -119,7 +127,8 @@ def test_a_one_gpu_readers_run_builds_with_a_tab_per_topic_and_the_skipped_one_l
     records, site = one_gpu_reader
     mine = f"{READER_GPU} · {records.name}"
     page = (site / PAGE).read_text(encoding="utf-8")
-    assert any(labels[:2] == [BOOK_GPU, mine] for labels in _labels(page)), _labels(page)
+    # The book's GPUs first (its primary one leading), then the reader's run.
+    assert any(labels[0] == BOOK_GPU and labels[-1] == mine for labels in _labels(page)), _labels(page)
     collectives = (site / "collectives" / "index.html").read_text(encoding="utf-8")
     assert mine not in collectives and "2 × NVIDIA H200" in collectives  # the book's two GPUs, no reader tab
     raw = (site / "appendix-records" / "index.html").read_text(encoding="utf-8")
@@ -163,7 +172,8 @@ def test_a_readers_gpu_that_breaks_a_claim_is_shown_not_fatal(tmp_path):
     report = json.loads((tmp_path / "site" / "claims.json").read_text())
     verdicts = next(c["verdicts"] for c in report["claims"]
                     if c["claim"] == claim.describe() and c["page"] == page.relative_to(REPO / "docs").as_posix())
-    assert {v["machine"]: v["holds"] for v in verdicts} == {"nvidia-h200": True, "reader-gpu": False}
+    book_machines = {r.machine.slug for r in load_records(REPO / "docs" / "records") if r.topic == claim.topic}
+    assert {v["machine"]: v["holds"] for v in verdicts} == {**{m: True for m in book_machines}, "reader-gpu": False}
     shown = (tmp_path / "site" / page.relative_to(REPO / "docs").with_suffix("").as_posix() / "index.html")
     text = re.sub(r"<[^>]+>", "", shown.read_text(encoding="utf-8"))  # abbreviations wrap "GPU"
     assert "Reader GPU · their-run ✗ VIOLATED" in text

@@ -225,16 +225,20 @@ def run_measurement(
     on_case: Callable[[str], None] | None = None,
 ) -> Record:
     """Run one example's ``measure`` and return its validated record."""
-    started = _clock.monotonic()
+    began = _clock.monotonic()  # the topic's wall time includes starting the load sampler
     lab = Lab(device, quick=quick, on_case=on_case)
+    started = _clock.monotonic()
     try:
         module.measure(lab)
         lab.synchronize()
+        if not lab.load.windows:
+            # Timed out of this process (the collectives time in their ranks): the load is the topic's.
+            lab.load.window(started, _clock.monotonic())
     except ValidationError as exc:  # a metric or note the schema refuses (NaN, inf, ...)
         first = exc.errors()[0]
         raise RecordError(f"{topic_of(module)} kept an invalid figure: {first['msg']}") from None
     finally:
         lab.load.stop()
     record = lab.record(topic=topic_of(module), source=Path(module.__file__), command=command)
-    run = record.run.model_copy(update={"wall_s": round(_clock.monotonic() - started, 2)})
+    run = record.run.model_copy(update={"wall_s": round(_clock.monotonic() - began, 2)})
     return record.model_copy(update={"run": run})

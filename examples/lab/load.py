@@ -26,6 +26,10 @@ from pathlib import Path
 from examples.lab.records import Load, LoadSummary
 
 INTERVAL_MS = 10.0
+#: How long the harness waits for the sampler's first reading before it times anything:
+#: a topic that times for a tenth of a second would otherwise finish before the child
+#: process has imported NVML.
+READY_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,17 @@ class LoadMonitor:
             )
         except OSError:
             self._process = None
+            return
+        self._wait_until_sampling()
+
+    def _wait_until_sampling(self) -> None:
+        """Return once the sampler has written its first line, or has given up (no NVML)."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        path = Path(self._file.name)
+        while time.monotonic() < deadline and self._process.poll() is None:
+            if path.stat().st_size > 0:
+                return
+            time.sleep(0.005)
 
     def window(self, start: float, end: float) -> None:
         """A timed region, in ``time.monotonic()`` seconds."""

@@ -125,11 +125,14 @@ def machine_info(device: str) -> Machine:
 def git_state() -> tuple[str | None, bool | None]:
     """Commit of the checkout, and whether ``examples/`` (the code that measures) differs from it.
 
-    ``LAB_GIT_COMMIT``/``LAB_GIT_DIRTY`` serve machines that receive a copy of the
-    tree without ``.git``.
+    Git is asked only when the code runs from the top of its own checkout: a copy of the
+    tree nested inside some other repository would otherwise report that repository's
+    commit, and its own files as untracked. Elsewhere ``LAB_GIT_COMMIT``/``LAB_GIT_DIRTY``
+    say what was copied (machines that receive the tree without its ``.git``).
     """
-    commit = _run("git", "-C", str(REPO_ROOT), "rev-parse", "HEAD")
-    if commit:
+    top = _run("git", "-C", str(REPO_ROOT), "rev-parse", "--show-toplevel")
+    if top and Path(top).resolve() == REPO_ROOT.resolve():
+        commit = _run("git", "-C", str(REPO_ROOT), "rev-parse", "HEAD")
         status = _run("git", "-C", str(REPO_ROOT), "status", "--porcelain", "--", "examples")
         return commit, bool(status)
     env_commit = os.environ.get("LAB_GIT_COMMIT") or None
