@@ -101,11 +101,10 @@ def _repeat(args) -> int:
     from examples.lab.registry import measured_topics
 
     _topics(args, measured_topics())  # a bad topic fails once, before any run starts
-    argv = [a for a in sys.argv[1:]]
     # Drop "--repeat N" / "--repeat=N" and run the rest as it was given.
     child: list[str] = []
     skip_next = False
-    for a in argv:
+    for a in sys.argv[1:]:
         if skip_next:
             skip_next = False
             continue

@@ -237,7 +237,7 @@ def record_path(root: Path, record: Record) -> Path:
 
 
 def dump_record(record: Record) -> str:
-    return json.dumps(record.model_dump(mode="json", exclude_none=False), indent=1, sort_keys=False) + "\n"
+    return json.dumps(record.model_dump(mode="json"), indent=1, sort_keys=False) + "\n"
 
 
 def write_record(root: Path, record: Record) -> Path:

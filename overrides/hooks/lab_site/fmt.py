@@ -83,6 +83,14 @@ def format_range(low: float, high: float, unit: str, sig: int = 3) -> str:
     return f"{first}–{format_quantity(high, unit, sig)}"
 
 
+def int_span(values) -> str | None:
+    """Whole numbers as ``'3'`` or ``'3–4'`` (``None`` ignored); ``None`` when none is known."""
+    known = sorted({v for v in values if v is not None})
+    if not known:
+        return None
+    return str(known[0]) if len(known) == 1 else f"{known[0]}–{known[-1]}"
+
+
 def date_span(isos: list[str]) -> str:
     """The days of some ISO timestamps: ``'2026-11-20'`` or ``'2026-11-20 to 2026-11-22'``."""
     days = sorted({run_date(d) for d in isos})

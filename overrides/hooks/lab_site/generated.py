@@ -27,7 +27,7 @@ from lab_site import markdown as render
 from lab_site import provenance as prov
 from lab_site import shortcodes
 from lab_site.figures import Figure, rows as group_rows
-from lab_site.fmt import case_value, date_span, format_range, plural, run_date, short_commit
+from lab_site.fmt import case_value, date_span, format_range, int_span, plural, run_date, short_commit
 from lab_site.runs import NOISY
 from lab_site.store import Entry, Group, Store
 
@@ -113,10 +113,6 @@ def _topics_by_page(pages: Sequence[Page]) -> dict[str, str]:
 
 # -- the machines -----------------------------------------------------------------------
 
-def _span(counts: Sequence[int]) -> str:
-    return str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
-
-
 def machines(store: Store, primary: str | None) -> str:
     """One row per machine of the book's own records: what it is, how many topics and runs per topic."""
     by_slug: dict[str, list[Group]] = {}
@@ -136,7 +132,7 @@ def machines(store: Store, primary: str | None) -> str:
         gpu = f"{count} × {m.gpu_name}" if count > 1 else (m.gpu_name or f"none (CPU: {m.host_cpu})")
         memory = f"{m.gpu_memory_gib:g} GiB" if m.gpu_memory_gib else "—"
         cells = [f"`{slug}`", gpu, str(m.sm_count or "—"), memory, m.driver or "—", m.cuda or "—", m.torch,
-                 m.triton or "—", str(len(groups)), _span([len(g.runs) for g in groups]),
+                 m.triton or "—", str(len(groups)), int_span(len(g.runs) for g in groups),
                  date_span([e.record.run.date for e in runs])]
         lines.append("| " + " | ".join(html.escape(c, quote=False).replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
@@ -243,7 +239,7 @@ def summary(store: Store) -> str:
         total, noisy = total + len(figures), noisy + bad
         skipped = [e for e in store.skipped if (e.root.index, e.slug) == (groups[0].root.index, slug)]
         lines.append(f"- {_machine_name(groups[0].runs[-1])} (`{slug}`): {plural(len(figures), 'figure')} of "
-                     f"{plural(len(groups), 'topic')}, runs per topic: {_span([len(g.runs) for g in groups])}, "
+                     f"{plural(len(groups), 'topic')}, runs per topic: {int_span(len(g.runs) for g in groups)}, "
                      f"{bad} noisy" + (f", {len(skipped)} topics skipped" if skipped else ""))
     head = (f"{plural(total, 'figure')}, {noisy} noisy (their runs differ by more than {NOISY * 100:g} % of "
             f"the median: shown with ⚠). Each figure is the median across its runs of each run's median.")

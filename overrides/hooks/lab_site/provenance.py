@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 from examples.lab.records import Metric
 
-from lab_site.fmt import NBSP, date_span, plural, run_date, short_commit
+from lab_site.fmt import NBSP, date_span, int_span, plural, run_date, short_commit
 from lab_site.runs import median_of
 from lab_site.store import Entry, Group
 
@@ -24,13 +24,6 @@ def _distinct(values: Iterable) -> list:
     return list(dict.fromkeys(v for v in values if v is not None))
 
 
-def _span(values: Iterable[int | None]) -> str | None:
-    known = sorted({v for v in values if v is not None})
-    if not known:
-        return None
-    return str(known[0]) if len(known) == 1 else f"{known[0]}–{known[-1]}"
-
-
 def methods(metrics: Iterable[Metric]) -> str | None:
     """The timers behind ``metrics``, each with its repetitions, warm-up and calls per sample where known."""
     by_timer: dict[str, list[Metric]] = {}
@@ -40,11 +33,11 @@ def methods(metrics: Iterable[Metric]) -> str | None:
     parts = []
     for timer, ms in by_timer.items():
         bits = []
-        if (n := _span(m.n for m in ms)) is not None:
+        if (n := int_span(m.n for m in ms)) is not None:
             bits.append(f"{n} repetitions")
-        if (warmup := _span(m.warmup for m in ms)) is not None:
+        if (warmup := int_span(m.warmup for m in ms)) is not None:
             bits.append(f"after {warmup} warm-up")
-        if (inner := _span(m.inner for m in ms if m.inner and m.inner > 1)) is not None:
+        if (inner := int_span(m.inner for m in ms if m.inner and m.inner > 1)) is not None:
             bits.append(f"{inner} calls per sample")
         parts.append(f"timer `{timer}`" + (f" ({' '.join(bits)})" if bits else ""))
     return "; ".join(parts) or None
