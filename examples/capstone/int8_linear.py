@@ -1,0 +1,111 @@
+"""Weight-only int8: each weight row stored as int8 with one bf16 scale.
+
+At batch 1 a decode step is a stream of matrix-vector products: the time is
+the bytes of the weights, so storing them in one byte instead of two halves
+the floor. The activations stay bf16; each weight is turned back into a
+number (int8 × its row's scale) in registers, inside the kernel that reads
+it, so the bf16 copy of the weight never exists in memory.
+
+:func:`int8_gemv` is that kernel, in Triton, written for a handful of rows
+of ``x`` (decode). It is registered as the operator ``p2s::int8_linear`` so
+that ``torch.compile`` treats it as one opaque call and CUDA graphs capture
+its launch; on the CPU the operator runs the same arithmetic in PyTorch.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+try:  # Triton is optional on the CPU
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - the [triton] extra is installed in CI
+    triton = None
+
+
+class Int8Weight(NamedTuple):
+    q: torch.Tensor  # int8 [out, in]
+    scale: torch.Tensor  # [out], the activations' dtype
+
+
+# --8<-- [start:quantize]
+def quantize(w: torch.Tensor) -> Int8Weight:
+    """Symmetric per-row int8: row i is q[i] × scale[i], |q| ≤ 127."""
+    scale = w.float().abs().amax(dim=1).clamp(min=1e-8) / 127.0
+    q = torch.round(w.float() / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return Int8Weight(q, scale.to(w.dtype))
+# --8<-- [end:quantize]
+
+
+if triton is not None:
+    # --8<-- [start:kernel]
+    @triton.autotune(
+        configs=[
+            triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=nw)
+            for bn, bk, nw in [(8, 512, 4), (16, 256, 4), (16, 512, 4),
+                               (32, 256, 4), (32, 256, 8), (64, 128, 8)]
+        ],
+        key=["N", "K"],
+    )
+    @triton.jit
+    def _int8_gemv_kernel(x_ptr, q_ptr, scale_ptr, y_ptr, N, K,
+                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        # One program: BLOCK_N outputs of one row of x, reading BLOCK_N
+        # weight rows once, in BLOCK_K-wide strips of int8.
+        row = tl.program_id(1)
+        n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + tl.arange(0, BLOCK_K)
+            x = tl.load(x_ptr + row * K + k, mask=k < K, other=0.0)
+            w = tl.load(q_ptr + n[:, None] * K + k[None, :],
+                        mask=(n[:, None] < N) & (k[None, :] < K), other=0)
+            acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
+        scale = tl.load(scale_ptr + n, mask=n < N, other=0.0).to(tl.float32)
+        y = tl.sum(acc, axis=1) * scale
+        tl.store(y_ptr + row * N + n, y.to(y_ptr.dtype.element_ty), mask=n < N)
+    # --8<-- [end:kernel]
+
+
+def int8_gemv(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
+              blocks: dict | None = None) -> torch.Tensor:
+    """x [rows, K] (bf16) times the int8 weight [N, K]ᵀ with its scales: [rows, N].
+
+    ``blocks`` fixes BLOCK_N/BLOCK_K instead of autotuning (Triton's CPU
+    interpreter, which the tests use, has no benchmarker to autotune with).
+    """
+    rows, k = x.shape
+    n = q.shape[0]
+    y = torch.empty(rows, n, device=x.device, dtype=x.dtype)
+    grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), rows)  # noqa: E731
+    if blocks is None:
+        _int8_gemv_kernel[grid](x, q, scale, y, n, k)
+    else:
+        _int8_gemv_kernel.fn[grid](x, q, scale, y, n, k, **blocks)
+    return y
+
+
+def reference_int8_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The same product in PyTorch: dequantize, then multiply (a bf16 copy exists)."""
+    return torch.nn.functional.linear(x, q.to(x.dtype)) * scale
+
+
+@torch.library.custom_op("p2s::int8_linear", mutates_args=())
+def int8_linear_op(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    flat = x.reshape(-1, x.shape[-1])
+    if flat.is_cuda and triton is not None:
+        out = int8_gemv(flat.contiguous(), q, scale)
+    else:
+        out = reference_int8_linear(flat, q, scale)
+    return out.view(*x.shape[:-1], q.shape[0])
+
+
+@int8_linear_op.register_fake
+def _(x, q, scale):
+    return x.new_empty(*x.shape[:-1], q.shape[0])
+
+
+def int8_linear(x: torch.Tensor, w: Int8Weight) -> torch.Tensor:
+    """A drop-in for ``F.linear(x, weight)`` when the weight is an :class:`Int8Weight`."""
+    return int8_linear_op(x, w.q, w.scale)
