@@ -7,6 +7,13 @@ becomes as few kernels as it can, which ideally read the inputs once and
 write the output once. With the copy bandwidth and the GEMM rate measured in
 the same run, a roofline time per kernel gives the predicted speedup; the
 measured speedup is eager time over compiled time.
+
+On a GPU every time in the ratios is the kernels' own: their durations from
+the profiler (CUPTI), summed over one call, for eager, compiled and the copy
+alike. A compiled call also runs Dynamo's guards and Inductor's launcher on
+the host; events around one call time those too, kept apart as
+``compiled_one_call`` to show the difference (Chapter 8's trap). On a CPU the
+kernels run on the host, and the synchronized host clock times them.
 """
 
 from __future__ import annotations
@@ -145,13 +152,67 @@ def predicted_speedup(kernels, fused_bytes, bandwidth, rate):
 # --8<-- [end:predict]
 
 
+# --8<-- [start:kernel_time]
+def kernel_time(fn, calls: int) -> tuple[list[float], int]:
+    """Microseconds of GPU work in each of ``calls`` calls of ``fn``, and
+    how many kernels (memory copies and sets included) one call ran.
+
+    The profiler (CUPTI) gives each kernel's duration; summing one call's
+    leaves out what the host does around them (guards, launches) and the
+    GPU's idle time between them.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return per_call(prof.events(), calls)
+
+
+def per_call(events, calls: int) -> tuple[list[float], int]:
+    """Split the GPU's events, in start order, into ``calls`` equal groups
+    (every call runs the same kernels) and sum each group's durations."""
+    from torch.autograd import DeviceType
+
+    spans = sorted((e.time_range.start, e.time_range.elapsed_us())
+                   for e in events if e.device_type == DeviceType.CUDA
+                   and not getattr(e, "is_user_annotation", False))
+    kernels, rest = divmod(len(spans), calls)
+    if kernels == 0 or rest:
+        raise RuntimeError(f"{len(spans)} GPU events for {calls} calls: "
+                           "not the same kernels in every call")
+    durations = [d for _, d in spans]
+    return [sum(durations[i : i + kernels])
+            for i in range(0, len(durations), kernels)], kernels
+
+
+# --8<-- [end:kernel_time]
+
+
+def time_per_call(lab, fn, case, metric):
+    """Keep ``fn``'s time per call as ``metric``: on a GPU its kernels'
+    durations (returns the kernels per call too), on a CPU the host clock."""
+    if not lab.cuda:
+        return lab.time(fn, case=case, metric=metric), None
+    for _ in range(lab.warmup):
+        fn()
+    samples, kernels = kernel_time(fn, lab.repetitions)
+    kept = lab.keep_samples(samples, case=case, metric=metric, unit="us",
+                            method="CUPTI kernel durations, summed per call",
+                            warmup=lab.warmup, inner=1)
+    return kept, kernels
+
+
 def measure(lab) -> None:
     g = torch.Generator(device=lab.device).manual_seed(0)
-    # The two roofs, measured now: a copy (bytes read + written) and a GEMM.
+    # The two roofs, measured now and timed as the patterns are: a copy
+    # (bytes read + written) and a GEMM.
     n = 2**18 if lab.quick else 2**28
     src = torch.randn(n, generator=g, device=lab.device)
     dst = torch.empty_like(src)
-    copy = lab.time(lambda: dst.copy_(src), case={"pattern": "copy"})
+    copy, _ = time_per_call(lab, lambda: dst.copy_(src),
+                            {"pattern": "copy"}, "kernel_time")
     bandwidth = 2 * 4 * n / (copy.median / 1e6)
     lab.value(case={"pattern": "copy"}, metric="bandwidth",
               value=bandwidth / 1e9, unit="GB/s")
@@ -159,7 +220,8 @@ def measure(lab) -> None:
     m = 256 if lab.quick else 8192
     dt = torch.bfloat16 if lab.cuda else torch.float32
     a = torch.randn(m, m, generator=g, device=lab.device).to(dt)
-    gemm = lab.time(lambda: a @ a, case={"pattern": "gemm"})
+    gemm, _ = time_per_call(lab, lambda: a @ a, {"pattern": "gemm"},
+                            "kernel_time")
     rate = 2 * m**3 / (gemm.median / 1e6)
     lab.value(case={"pattern": "gemm"}, metric="rate", value=rate / 1e12,
               unit="TFLOP/s")
@@ -180,6 +242,8 @@ def measure(lab) -> None:
         del out, expected
         case = {"pattern": name}
         eager_bytes = sum(b for _, b, _ in traffic.kernels)
+        predicted = predicted_speedup(traffic.kernels, fused_bytes,
+                                      bandwidth, rate)
         lab.value(case=case, metric="eager_kernels",
                   value=len(traffic.kernels), unit="")
         lab.value(case=case, metric="eager_bytes", value=eager_bytes / 1e6,
@@ -187,24 +251,31 @@ def measure(lab) -> None:
         lab.value(case=case, metric="fused_bytes", value=fused_bytes / 1e6,
                   unit="MB")
         lab.value(case=case, metric="predicted_speedup", unit="x",
-                  value=predicted_speedup(traffic.kernels, fused_bytes,
-                                          bandwidth, rate))
+                  value=predicted)
         lab.value(case=case, metric="compile_time", value=compile_s,
                   unit="s")
-        # Ten calls back to back per sample: the GPU's time per call, with the
-        # guards and launcher of one compiled call hidden behind the kernels
-        # (events around a single call would time the host, Chapter 8).
-        eager_t = lab.time(lambda: fn(*args), case=case, metric="eager",
-                           inner=10)
-        fused_t = lab.time(lambda: compiled(*args), case=case,
-                           metric="compiled", inner=10)
-        lab.value(case=case, metric="speedup", unit="x",
-                  value=eager_t.median / fused_t.median)
+        eager_t, _ = time_per_call(lab, lambda: fn(*args), case,
+                                   "eager_kernel_time")
+        fused_t, kernels = time_per_call(lab, lambda: compiled(*args), case,
+                                         "compiled_kernel_time")
+        if kernels is not None:
+            lab.value(case=case, metric="compiled_kernels", value=kernels,
+                      unit="")
+        speedup = eager_t.median / fused_t.median
+        lab.value(case=case, metric="speedup", unit="x", value=speedup)
+        lab.value(case=case, metric="vs_prediction", unit="x",
+                  value=speedup / predicted)
         achieved = fused_bytes / (fused_t.median / 1e6)
         lab.value(case=case, metric="fused_bandwidth",
                   value=achieved / 1e9, unit="GB/s")
         lab.value(case=case, metric="fraction_of_copy",
                   value=achieved / bandwidth, unit="x")
+        # The trap, kept apart: events around one compiled call also time
+        # the host's guards and launcher while the GPU waits for them.
+        one = lab.time(lambda: compiled(*args), case=case,
+                       metric="compiled_one_call")
+        lab.value(case=case, metric="one_call_vs_kernel", unit="x",
+                  value=one.median / fused_t.median)
         del args
 
 
