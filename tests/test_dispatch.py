@@ -10,7 +10,7 @@ import torch
 from examples.dispatch.budget import budget
 from examples.dispatch.dispatch_keys import keys, thread_keys
 from examples.dispatch.op_logger import autograd_graph, log_ops
-from examples.dispatch.sync_points import make_step, run_loop, sync_points
+from examples.dispatch.sync_points import count_transfers, make_step, run_loop, sync_points
 
 
 def test_keys_of_a_cpu_tensor_and_an_inference_tensor():
@@ -47,6 +47,29 @@ def test_every_sync_point_runs_in_the_loop():
     for name, sync in sync_points(sink).items():
         run_loop(step, x, sync, 2)
     assert "tensor(" in sink.getvalue()  # print(loss) printed
+
+
+def test_print_of_a_tensor_runs_many_ops_and_item_two():
+    step, x = make_step(2, 8, 2, torch.device("cpu"), torch.float32)
+    y, loss = step(x)
+    points = sync_points(io.StringIO())
+    counts = {name: count_transfers(points[name], loss, y) for name in
+              ("none", ".item()", "print(loss)", "print(loss.item())")}
+    assert counts["none"] == {"aten_ops": 0}
+    # item and _local_scalar_dense; the float's formatting is plain Python
+    assert counts[".item()"]["aten_ops"] == counts["print(loss.item())"]["aten_ops"] == 2
+    assert counts["print(loss)"]["aten_ops"] >= 20  # _Formatter's ops
+
+
+@pytest.mark.needs_cuda
+def test_print_of_a_cuda_scalar_copies_to_the_host_many_times():
+    step, x = make_step(2, 8, 2, torch.device("cuda"), torch.float32)
+    y, loss = step(x)
+    points = sync_points(io.StringIO())
+    item = count_transfers(points[".item()"], loss, y)
+    printed = count_transfers(points["print(loss)"], loss, y)
+    assert (item["kernels"], item["d2h_copies"], item["stream_syncs"]) == (0, 1, 1)
+    assert printed["d2h_copies"] >= 4 and printed["kernels"] >= 10
 
 
 def test_budget_cpu_bound_fusion_and_graph():

@@ -4,10 +4,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from examples.stack.layer_costs import layers
 from examples.stack.mma_shape import GENERATIONS, mma_flops
-from examples.stack.roofline import work
+from examples.stack.roofline import sm_clocks_during, work
 from examples.stack.roofline_model import ridge_point, roofline
 
 
@@ -28,8 +29,37 @@ def test_gemm_intensity_grows_with_size():
     flops, nbytes = work("gemm", 4096, 2)
     assert flops / nbytes == pytest.approx(4096 / 3)
     assert work("add", 16, 4) == (256, 3 * 256 * 4)
+    assert work("sum", 16, 2) == (256, 256 * 2)  # reads only
     with pytest.raises(ValueError):
         work("conv", 16, 4)
+
+
+def test_roofline_on_the_cpu_places_every_point_under_its_roofs():
+    from examples.lab.harness import run_measurement
+    from examples.stack import roofline as topic
+
+    record = run_measurement(topic, device=torch.device("cpu"), quick=True, command="test")
+    rows = {(r.case["op"], r.case.get("n")): r.metrics for r in record.results}
+    roof = rows[("memory roof", None)]["bandwidth"].median
+    streams = {op: rows[(op, 2048)]["bandwidth"].median for op in ("copy", "add", "sum")}
+    assert roof == max(streams.values())
+    assert record.notes["memory roof from"] == max(streams, key=streams.get)
+    peak = rows[("sustained", 256)]["rate"].median
+    assert rows[("ridge", None)]["rate"].median == peak  # the ridge uses the sustained roof
+    for (op, n), metrics in rows.items():
+        if "of_roof" in metrics:
+            rate = metrics["rate"].median if "rate" in metrics else 0.0
+            expected = max(rate / peak, metrics["bandwidth"].median / roof)
+            assert metrics["of_roof"].median == pytest.approx(expected)
+            if op in ("copy", "add", "sum"):
+                assert metrics["of_roof"].median <= 1.0  # the roof is their best
+
+
+def test_sm_clocks_need_nvml(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", None)  # import fails
+    called = []
+    assert sm_clocks_during(lambda: called.append(1), 3, 0) is None
+    assert called == []  # nothing queued without a clock to read
 
 
 def test_mma_shapes():

@@ -6,8 +6,10 @@ still works on this one. Anything that needs a value on the host (``.item()``,
 data, an ``if`` on a tensor) makes the CPU wait for the GPU to drain, every
 iteration. The example times a loop with and without each one, on a small
 (launch-bound) and a large (GPU-bound) step, and on a tiny one (one layer),
-and runs each under
-``torch.cuda.set_sync_debug_mode("warn")`` to see whether it is reported.
+runs each under
+``torch.cuda.set_sync_debug_mode("warn")`` to see whether it is reported,
+and counts with the profiler what one call of each makes the GPU do: its
+kernels, its device-to-host copies and the CPU's waits for them.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def sync_points(sink: io.StringIO) -> dict:
         ".item()": lambda loss, y: loss.item(),
         ".cpu()": lambda loss, y: y[0].cpu(),
         "print(loss)": lambda loss, y: print(loss, file=sink),
+        "print(loss.item())": lambda loss, y: print(loss.item(), file=sink),
         "nonzero": lambda loss, y: torch.nonzero(y[0] > 0),
         "if loss > 0": lambda loss, y: 1 if loss > 0 else 0,
     }
@@ -55,6 +58,43 @@ def run_loop(step, x, sync, iterations: int) -> None:
 
 
 # --8<-- [end:loop]
+
+
+# --8<-- [start:count]
+def count_transfers(sync, loss, y) -> dict[str, int]:
+    """What one call of ``sync`` makes each side do, from the profiler."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = loss.is_cuda
+    activities = [ProfilerActivity.CPU]
+    if cuda:
+        activities.append(ProfilerActivity.CUDA)
+        torch.cuda.synchronize()  # nothing of the step left in flight
+    with profile(activities=activities) as prof:
+        sync(loss, y)
+        if cuda:
+            torch.cuda.synchronize()  # so the last copy is recorded
+    gpu = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
+    # CUPTI may suffix runtime calls with a version: cudaMemcpy_v3020
+    cpu = [e.name.split("_")[0] for e in prof.events()
+           if e.device_type == DeviceType.CPU]
+    counts = {"aten_ops": sum(n.startswith("aten::") for n in cpu)}
+    if cuda:
+        counts.update(
+            # GPU side: kernels, and copies to the host (CUPTI's names)
+            kernels=sum("memcpy" not in n.lower() and "memset" not in
+                        n.lower() for n in gpu),
+            d2h_copies=sum("DtoH" in n for n in gpu),
+            # CPU side: the runtime calls that copy, and that wait
+            memcpy_calls=sum(n in ("cudaMemcpyAsync", "cudaMemcpy")
+                             for n in cpu),
+            stream_syncs=sum(n == "cudaStreamSynchronize" for n in cpu),
+        )
+    return counts
+
+
+# --8<-- [end:count]
 
 
 def caught_by_debug_mode(step, x, sync) -> str:
@@ -97,7 +137,8 @@ def measure(lab) -> None:
             case = {"step": size, "sync": name}
             # The GPU-bound step runs for tens of milliseconds a loop: fewer
             # repetitions give as steady a median.
-            fewer = {"warmup": 5, "repetitions": 20} if size == "large" and not lab.quick else {}
+            fewer = ({"warmup": 5, "repetitions": 20}
+                     if size == "large" and not lab.quick else {})
             t = lab.time(lambda: run_loop(step, x, sync, iterations),
                          case=case, metric="loop", unit="us",
                          timer="host_sync", **fewer)
@@ -110,6 +151,10 @@ def measure(lab) -> None:
             if size == "small":
                 lab.note(f"sync debug mode: {name}",
                          caught_by_debug_mode(step, x, sync))
+                y, loss = step(x)
+                sync(loss, y)  # once before, so nothing first-time counts
+                for metric, n in count_transfers(sync, loss, y).items():
+                    lab.value(case=case, metric=metric, value=n, unit="")
         sink.truncate(0)
 
 

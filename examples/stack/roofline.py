@@ -1,16 +1,20 @@
-"""The roofline of this machine, from its own measured copy and GEMM rates.
+"""The roofline of this machine, from its own measured streams and GEMMs.
 
-Four kinds of work span the range of arithmetic intensity (FLOPs per byte of
-memory traffic): an elementwise add, a matrix-vector product, and square
-matrix products of growing size. Each is checked, timed with a cold cache,
-and placed at its intensity; a large device-to-device copy gives the memory
-bandwidth and the fastest product the compute roof. Their ratio is the ridge
-point: kernels below it are limited by memory, above it by arithmetic.
+Two roofs, each measured: the memory roof is the best bandwidth of three
+streams far larger than the L2 (a copy, an add, a sum that only reads), and
+the compute roof is the rate of large GEMMs run back to back for a few
+seconds, so that the board's power limit has lowered the SM clock (a GEMM
+timed alone runs at the top boost clock and can sit above it). Kernels of
+every arithmetic intensity (FLOPs per byte of memory traffic) are timed with
+a cold cache and placed under the roofs; each row's ``of_roof`` says how
+close it came. The ridge point, where the roofs meet, separates kernels
+limited by memory from those limited by arithmetic.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 
 import torch
 
@@ -23,8 +27,10 @@ from examples.stack.roofline_model import ridge_point
 def work(op: str, n: int, elem: int) -> tuple[float, float]:
     """FLOPs and the fewest bytes moved (each input read once, output
     written once) of one call, for ``elem``-byte elements."""
-    if op == "add":  # z = x + y on n*n elements
+    if op == "add":  # z = x + y on n*n elements: 2 reads, 1 write
         return n * n, 3 * n * n * elem
+    if op == "sum":  # x.sum() over n*n elements: reads only
+        return n * n, n * n * elem
     if op == "gemv":  # y = A x, A is n x n
         return 2 * n * n, (n * n + 2 * n) * elem
     if op == "gemm":  # C = A B, all n x n
@@ -35,6 +41,54 @@ def work(op: str, n: int, elem: int) -> tuple[float, float]:
 # --8<-- [end:work]
 
 
+def sm_clocks_during(fn, calls: int, index: int):
+    """NVML's SM clock every 10 ms while ``calls`` queued calls of ``fn`` run,
+    and the board's top SM clock; ``None`` where NVML cannot be read."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no NVML: the record says nothing
+        return None
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        top = pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
+        for _ in range(calls):  # queued: the host is free to sample
+            fn()
+        done = torch.cuda.Event()
+        done.record()
+        samples = []
+        while not done.query():
+            samples.append(pynvml.nvmlDeviceGetClockInfo(
+                handle, pynvml.NVML_CLOCK_SM))
+            time.sleep(0.01)
+        torch.cuda.synchronize()
+        return samples, top
+    except Exception:  # noqa: BLE001 - a board that hides its clocks
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def timed(lab, fn, case, nbytes, flops=0.0):
+    """Time ``fn`` cold (L2 flushed; on a GPU by its kernels' own duration)
+    and keep its bandwidth and, if it computes, its rate."""
+    t = lab.time(fn, case=case, metric="time", flush_l2=True)
+    if lab.cuda:  # short kernels: their own duration, not the launch
+        t = lab.keep_samples(
+            kernel_durations(fn, lab.repetitions,
+                             between=L2Flusher(lab.device)),
+            case=case, metric="kernel", unit="us",
+            method="CUPTI kernel duration, L2 flushed")
+    seconds = t.median * 1e-6
+    bandwidth = nbytes / seconds / 1e9
+    lab.value(case=case, metric="bandwidth", value=bandwidth, unit="GB/s")
+    rate = flops / seconds / 1e12
+    if flops:
+        lab.value(case=case, metric="rate", value=rate, unit="TFLOP/s")
+    return bandwidth, rate
+
+
 def measure(lab) -> None:
     dtype = torch.bfloat16 if lab.cuda else torch.float32
     elem = torch.finfo(dtype).bits // 8
@@ -42,28 +96,27 @@ def measure(lab) -> None:
     big = 2048 if lab.quick else 16384  # 16384^2 bf16 = 512 MiB per operand
     gemms = [128, 256] if lab.quick else [256, 1024, 2048, 4096, 8192,
                                           16384]
+    points = []  # (case, GB/s, TFLOP/s) of every kernel under the roofs
 
-    # The memory roof: a copy far larger than the L2, bytes read + written.
+    # Three streams far larger than the L2: the best is the memory roof.
     src = torch.randn(big * big, device=dev, dtype=dtype)
     dst = torch.empty_like(src)
     dst.copy_(src)
     lab.check("copy", dst, src, tolerance=0)
     copy = {"op": "copy", "n": big, "intensity": 0}  # no FLOPs
-    t = lab.time(lambda: dst.copy_(src), case=copy, metric="time",
-                 flush_l2=True)
-    if lab.cuda:
-        t = lab.keep_samples(
-            kernel_durations(lambda: dst.copy_(src), lab.repetitions,
-                             between=L2Flusher(dev)),
-            case=copy, metric="kernel", unit="us",
-            method="CUPTI kernel duration, L2 flushed")
-    bandwidth = 2 * src.numel() * elem / (t.median * 1e-6) / 1e9
-    lab.value(case=copy, metric="bandwidth",
-              value=bandwidth, unit="GB/s")
-    del src, dst
+    points.append((copy, *timed(lab, lambda: dst.copy_(src), copy,
+                                2 * src.numel() * elem)))
+    del dst
+    ones = torch.rand(big * big, device=dev, dtype=dtype)  # no cancelling
+    lab.check("sum", ones.sum().reshape(1), ones.double().sum().reshape(1),
+              tolerance=1e-2)
+    flops, nbytes = work("sum", big, elem)
+    read = {"op": "sum", "n": big, "intensity": round(flops / nbytes, 3)}
+    points.append((read, *timed(lab, lambda: ones.sum(), read, nbytes,
+                                flops)))
+    del src, ones
 
     cases = [("add", big), ("gemv", big)] + [("gemm", n) for n in gemms]
-    peak = 0.0
     for op, n in cases:
         a = torch.randn(n, n, device=dev, dtype=dtype)
         b = torch.randn(n, n, device=dev, dtype=dtype)
@@ -77,22 +130,23 @@ def measure(lab) -> None:
         lab.check(f"{op} n={n}", fn()[rows], ref, tolerance=1e-2)
         flops, nbytes = work(op, n, elem)
         case = {"op": op, "n": n, "intensity": round(flops / nbytes, 3)}
-        t = lab.time(fn, case=case, metric="time", flush_l2=True)
-        if lab.cuda:  # short kernels: their own duration, not the launch
-            t = lab.keep_samples(
-                kernel_durations(fn, lab.repetitions,
-                                 between=L2Flusher(dev)),
-                case=case, metric="kernel", unit="us",
-                method="CUPTI kernel duration, L2 flushed")
-        rate = flops / (t.median * 1e-6) / 1e12
-        lab.value(case=case, metric="rate", value=rate, unit="TFLOP/s")
-        lab.value(case=case, metric="bandwidth",
-                  value=nbytes / (t.median * 1e-6) / 1e9, unit="GB/s")
-        if op == "gemm":
-            peak = max(peak, rate)
+        points.append((case, *timed(lab, fn, case, nbytes, flops)))
+        if op == "gemm" and n == gemms[-1]:
+            sustained = sustain(lab, fn, n, elem)  # the board is hot now
         del a, b, v
 
     # --8<-- [start:ridge]
+    streams = [(c["op"], gbs) for c, gbs, _ in points
+               if c["op"] in ("copy", "add", "sum")]
+    best, bandwidth = max(streams, key=lambda s: s[1])  # the memory roof
+    lab.value(case={"op": "memory roof", "intensity": 0},
+              metric="bandwidth", value=bandwidth, unit="GB/s")
+    peak = sustained  # TFLOP/s that large GEMMs hold for seconds
+    for case, gbs, tflops in points:
+        # min(peak, I * bandwidth) is the roof at the point's intensity:
+        # its fraction is the larger of the two fractions below.
+        lab.value(case=case, metric="of_roof", unit="x",
+                  value=max(tflops / peak, gbs / bandwidth))
     ridge = ridge_point(peak_tflops=peak, bandwidth_gbs=bandwidth)
     at_ridge = {"op": "ridge", "intensity": round(ridge, 3)}
     lab.value(case=at_ridge, metric="ridge", value=ridge, unit="FLOP/B")
@@ -104,7 +158,45 @@ def measure(lab) -> None:
                   metric="rate", unit="TFLOP/s",
                   value=min(peak, intensity * bandwidth / 1e3))
     # --8<-- [end:ridge]
+    copy_gbs = dict(streams)["copy"]  # the copy is not the fastest stream
+    for case, gbs, _ in points:
+        if case["op"] in ("add", "sum"):
+            lab.value(case=case, metric="over_copy", value=gbs / copy_gbs,
+                      unit="x")
+    lab.note("memory roof from", best)
     lab.note("dtype", str(dtype).removeprefix("torch."))
+
+
+# --8<-- [start:sustain]
+def sustain(lab, fn, n: int, elem: int) -> float:
+    """The compute roof: ``fn`` (an n-cubed GEMM) back to back, no flush,
+    for about two seconds after a warm-up, with the SM clock read during it.
+    The harness also keeps the clocks and power of the timed window."""
+    flops, nbytes = work("gemm", n, elem)
+    case = {"op": "sustained", "n": n, "intensity": round(flops / nbytes, 3)}
+    quick = lab.quick or not lab.cuda
+    t = lab.time(fn, case=case, metric="time", inner=2 if quick else 8,
+                 warmup=3 if quick else 40,  # 40 x 13 ms: ~0.5 s more heat
+                 repetitions=5 if quick else 20)  # 160 calls: ~2 s
+    rate = flops / (t.median * 1e-6) / 1e12
+    lab.value(case=case, metric="rate", value=rate, unit="TFLOP/s")
+    clocks = None
+    if lab.cuda:
+        index = lab.device.index
+        clocks = sm_clocks_during(fn, 40, torch.cuda.current_device()
+                                  if index is None else index)
+    if clocks and clocks[0]:
+        samples, top = clocks
+        m = lab.keep_samples(samples, case=case, metric="sm_clock",
+                             unit="MHz", method="NVML every 10 ms, "
+                             "40 more back-to-back GEMMs")
+        lab.value(case=case, metric="top_clock", value=top, unit="MHz")
+        lab.value(case=case, metric="clock_of_top", value=m.median / top,
+                  unit="x")
+    return rate
+
+
+# --8<-- [end:sustain]
 
 
 def main(argv=None) -> int:
