@@ -37,7 +37,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update"]
 PAGES = {"launch_budget": "cuda-graphs", "dispatch_budget": "dispatcher",
-         "roofline": "stack", "ring_allreduce": "collectives"}
+         "roofline": "stack", "ring_allreduce": "collectives", "speed_of_light": "capstone"}
 
 
 def python_result(name: str, values: dict[str, str], tmp_path: Path) -> dict:
@@ -207,6 +207,13 @@ CASES = {
         {"gpus": "8", "mbytes": "4096", "bandwidth_gbs": "450", "latency_us": "0"},
         {"gpus": "1", "mbytes": "1000", "bandwidth_gbs": "450", "latency_us": "5"},
     ],
+    "speed_of_light": [
+        {},
+        {"layers": "80", "hidden": "8192", "ffn": "28672", "heads": "64", "kv_heads": "8", "head_dim": "128",
+         "vocab": "128256", "weight_bytes": "0.5", "context": "8192", "batch": "64", "bandwidth_gbs": "4800"},
+        {"layers": "2", "hidden": "64", "ffn": "160", "heads": "4", "kv_heads": "2", "head_dim": "16",
+         "vocab": "512", "weight_bytes": "1", "context": "0", "batch": "1", "bandwidth_gbs": "1.5"},
+    ],
 }
 
 #: Bad input in one field: the widget says so and shows no number.
@@ -220,6 +227,8 @@ BAD = [
     ("ring_allreduce", "gpus", "0", "at least 1"),
     ("ring_allreduce", "bandwidth_gbs", "NaN", "not a number"),
     ("ring_allreduce", "mbytes", "1e303", "too large"),
+    ("speed_of_light", "heads", "4.5", "not a whole number"),
+    ("speed_of_light", "bandwidth_gbs", "0", "greater than 0"),
 ]
 
 READ_JS = """(widget) => ({

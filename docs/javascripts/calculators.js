@@ -9,6 +9,7 @@
 //   dispatch_budget  examples/dispatch/budget.py
 //   roofline         examples/stack/roofline_model.py
 //   ring_allreduce   examples/collectives/ring_model.py
+//   speed_of_light   examples/capstone/speed_of_light.py
 //
 // Each widget keeps its raw results in data-value attributes (full precision) and
 // shows them rounded. Bad input shows one message under the form, never NaN.
@@ -56,6 +57,21 @@
       return {
         seconds, algbw_bytes_per_s: algbw, busbw_bytes_per_s: algbw * (2 * (p - 1) / p),
         bound: lat > bw ? "latency" : "bandwidth",
+      }
+    },
+    speed_of_light(v) {
+      const qkv = v.hidden * (v.heads + 2 * v.kv_heads) * v.head_dim
+      const per_layer = qkv + v.hidden * (v.heads * v.head_dim) + 3 * v.hidden * v.ffn
+      const weights = v.layers * per_layer + v.vocab * v.hidden
+      const kv_per_token = 2 * v.layers * v.kv_heads * v.head_dim * 2
+      const norms = (2 * v.layers + 1) * v.hidden * 2
+      const weight_gb = (weights * v.weight_bytes + norms) / 1e9
+      const kv_gb = v.batch * v.context * kv_per_token / 1e9
+      const step_gb = weight_gb + kv_gb
+      const ms_per_step = step_gb / v.bandwidth_gbs * 1e3
+      return {
+        kv_kib_per_token: kv_per_token / 1024, weight_gb, kv_gb, step_gb, ms_per_step,
+        tokens_per_s: v.batch / ms_per_step * 1e3, bound: weight_gb >= kv_gb ? "weights" : "kv cache",
       }
     },
   }

@@ -36,8 +36,9 @@ PROMPT = 512  # tokens in the cache before generation starts
 STEPS = 64  # tokens generated per timed sample
 PREFILL_LENGTHS = (128, 512, 2048, 8192)
 DECODE_BATCHES = (1, 4, 16, 64)
-#: bf16 rungs agree with the fp32-accumulated reference to this (relative L2).
-LOGIT_TOLERANCE = 2e-2
+#: bf16 steps through 32 layers agree with another summation order to about 2 %
+#: (relative L2); a wrong head or slice is off by 100 %.
+LOGIT_TOLERANCE = 5e-2
 
 
 # --8<-- [start:bytes]

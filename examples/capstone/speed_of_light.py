@@ -30,7 +30,7 @@ from examples.lab.cli import ArgumentParser, add_json_flag, at_least, emit_json,
 
 #: Llama 3 8B at bf16, 1024 tokens of context, batch 1, against 3000 GB/s.
 EXAMPLE_ARGV = ["--layers", "32", "--hidden", "4096", "--ffn", "14336", "--heads", "32",
-                "--kv-heads", "8", "--vocab", "128256", "--weight-bytes", "2",
+                "--kv-heads", "8", "--head-dim", "128", "--vocab", "128256", "--weight-bytes", "2",
                 "--context", "1024", "--batch", "1", "--bandwidth-gbs", "3000"]
 
 
@@ -42,24 +42,25 @@ class Shape:
     ffn: int = 14336
     heads: int = 32
     kv_heads: int = 8
+    head_dim: int = 128
     vocab: int = 128256
 
 
 def weight_count(c: Shape) -> int:
     """Weights a step multiplies by: per layer q/k/v, o, gate/up, down; the head."""
-    head_dim = c.hidden // c.heads
-    qkv = c.hidden * (c.heads + 2 * c.kv_heads) * head_dim
-    per_layer = qkv + c.hidden * c.hidden + 3 * c.hidden * c.ffn
+    qkv = c.hidden * (c.heads + 2 * c.kv_heads) * c.head_dim
+    per_layer = qkv + c.hidden * (c.heads * c.head_dim) + 3 * c.hidden * c.ffn
     return c.layers * per_layer + c.vocab * c.hidden
 
 
 def kv_bytes_per_token(c: Shape, kv_bytes: int = 2) -> int:
-    """One token's keys and values in every layer."""
-    return 2 * c.layers * c.kv_heads * (c.hidden // c.heads) * kv_bytes
+    """One token's keys and values in every layer (bf16 cache)."""
+    return 2 * c.layers * c.kv_heads * c.head_dim * kv_bytes
 
 
 @dataclass(frozen=True)
 class SpeedOfLight:
+    kv_kib_per_token: float  # the cache grows by this per token of context
     weight_gb: float  # weights read per step
     kv_gb: float  # cached keys and values read per step
     step_gb: float
@@ -75,7 +76,7 @@ def speed_of_light(c: Shape, *, weight_bytes: float, context: int, batch: int,
     kv_gb = batch * context * kv_bytes_per_token(c) / 1e9
     step_gb = weight_gb + kv_gb
     ms = step_gb / bandwidth_gbs * 1e3
-    return SpeedOfLight(weight_gb, kv_gb, step_gb, ms, batch / ms * 1e3,
+    return SpeedOfLight(kv_bytes_per_token(c) / 1024, weight_gb, kv_gb, step_gb, ms, batch / ms * 1e3,
                         "weights" if weight_gb >= kv_gb else "kv cache")
 # --8<-- [end:model]
 
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                             description=__doc__.strip().splitlines()[0])
     for flag, default, what in [("--layers", 32, "decoder layers"), ("--hidden", 4096, "model width"),
                                 ("--ffn", 14336, "feed-forward width"), ("--heads", 32, "query heads"),
-                                ("--kv-heads", 8, "key/value heads"), ("--vocab", 128256, "vocabulary")]:
+                                ("--kv-heads", 8, "key/value heads"), ("--head-dim", 128, "width of one head"),
+                                ("--vocab", 128256, "vocabulary")]:
         parser.add_argument(flag, type=positive(int), default=default, help=f"{what} (default {default})")
     parser.add_argument("--weight-bytes", type=positive(), default=2.0,
                         help="bytes per weight: 2 for bf16, 1 for int8, 0.5 for int4")
@@ -95,14 +97,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="memory bandwidth, GB/s (measured copy bandwidth)")
     add_json_flag(parser, "the result")
     args = parser.parse_args(argv)
-    if args.hidden % args.heads or args.heads % args.kv_heads:
-        parser.error("--hidden must divide by --heads, and --heads by --kv-heads")
-    shape = Shape(args.layers, args.hidden, args.ffn, args.heads, args.kv_heads, args.vocab)
+    shape = Shape(args.layers, args.hidden, args.ffn, args.heads, args.kv_heads, args.head_dim, args.vocab)
     r = speed_of_light(shape, weight_bytes=args.weight_bytes, context=args.context,
                        batch=args.batch, bandwidth_gbs=args.bandwidth_gbs)
     if args.json:
         emit_json(json.dumps(asdict(r)) + "\n", args.json)
         return 0
+    print(f"KV cache: {r.kv_kib_per_token:.4g} KiB per token of context")
     print(f"bytes per step: {r.step_gb:.4g} GB ({r.weight_gb:.4g} weights, {r.kv_gb:.4g} KV cache)")
     print(f"speed of light: {r.ms_per_step:.4g} ms per step, {r.tokens_per_s:.4g} tokens/s ({r.bound}-bound)")
     return 0

@@ -35,7 +35,7 @@ from examples.collectives.ring_model import ring_allreduce_seconds
 #: Two GPUs at least (one collective needs two); the CPU path runs two gloo ranks.
 MIN_GPUS = 2
 PROMPT, STEPS = 512, 64
-LOGIT_TOLERANCE = 2e-2
+LOGIT_TOLERANCE = 5e-2  # bf16 over 32 layers: about 2 % from summation order alone
 
 
 # --8<-- [start:shard]

@@ -168,6 +168,33 @@ CALCULATORS: dict[str, Calculator] = {
                     "bandwidth": "Bandwidth-bound: moving the bytes outweighs the per-step cost",
                     "none": "One GPU: nothing to exchange"},
         ),
+        Calculator(
+            "speed_of_light", "examples.capstone.speed_of_light", "Speed of light of token generation",
+            fields=(
+                Field("layers", "--layers", "Layers", "", kind="int"),
+                Field("hidden", "--hidden", "Model width", "", kind="int"),
+                Field("ffn", "--ffn", "Feed-forward width", "", kind="int"),
+                Field("heads", "--heads", "Query heads", "", kind="int"),
+                Field("kv_heads", "--kv-heads", "Key/value heads", "", kind="int"),
+                Field("head_dim", "--head-dim", "Width of one head", "", kind="int"),
+                Field("vocab", "--vocab", "Vocabulary", "", kind="int"),
+                Field("weight_bytes", "--weight-bytes", "Bytes per weight (2 bf16, 1 int8, 0.5 int4)", "B"),
+                Field("context", "--context", "Tokens of context in the cache", "", kind="int", strict=False),
+                Field("batch", "--batch", "Sequences decoded together", "", kind="int"),
+                Field("bandwidth_gbs", "--bandwidth-gbs", "Memory bandwidth (measured copy)", "GB/s",
+                      source=Source("capstone.decode", "bandwidth", {"part": "copy"})),
+            ),
+            outputs=(
+                Output("kv_kib_per_token", "KV cache per token of context", "KiB"),
+                Output("weight_gb", "Weights read per step", "GB"),
+                Output("kv_gb", "KV cache read per step", "GB"),
+                Output("ms_per_step", "Floor: no step runs faster than", "ms"),
+                Output("tokens_per_s", "Speed of light", "tokens/s"),
+            ),
+            label_key="bound",
+            labels={"weights": "Weight-bound: the weights are most of the bytes",
+                    "kv cache": "KV-cache-bound: the cached keys and values are most of the bytes"},
+        ),
     )
 }
 

@@ -1,0 +1,162 @@
+"""Chapter 9's model on the CPU: the steps agree, int8 is int8, the TP split is exact."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from examples.capstone import speed_of_light as sol
+from examples.capstone.decode import bytes_read_per_token, quantized
+from examples.capstone.int8_linear import int8_linear, quantize, reference_int8_linear
+from examples.capstone.model import (
+    TINY, Decoder, StaticCache, naive_cache_from, naive_generate, naive_step, prefill,
+    random_weights, rope_tables)
+from examples.capstone.tensor_parallel import shard
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    w = random_weights(TINY, "cpu", torch.float32)
+    cos, sin = rope_tables(TINY, 64, "cpu")
+    prompt = torch.randint(0, TINY.vocab, (1, 12))
+    cache = StaticCache.empty(TINY, 1, 20, "cpu", torch.float32)
+    first = prefill(w, prompt, cache, cos, sin).argmax(-1)
+    whole = prefill(w, torch.cat([prompt, first[:, None]], 1), None, cos, sin)
+    return w, cos, sin, cache, first, whole
+
+
+def test_static_step_equals_the_whole_sequence(tiny):
+    w, cos, sin, cache, first, whole = tiny
+    dec = Decoder(w, cache, cos, sin, start=12)
+    dec.reset(first)
+    dec.advance()
+    torch.testing.assert_close(dec.logits, whole, rtol=1e-4, atol=1e-4)
+    assert dec.pos.item() == 13 and dec.tokens.item() == whole.argmax(-1).item()
+
+
+def test_naive_step_equals_the_whole_sequence_and_both_generate_the_same_tokens(tiny):
+    w, cos, sin, cache, first, whole = tiny
+    prefix = naive_cache_from(cache, 12)
+    torch.testing.assert_close(naive_step(w, first.item(), 12, list(prefix)), whole, rtol=1e-4, atol=1e-4)
+    naive = naive_generate(w, prefix, 12, first.item(), 6)
+    dec = Decoder(w, cache, cos, sin, start=12)
+    dec.reset(first)
+    static = []
+    for _ in range(6):
+        dec.advance()
+        static.append(dec.tokens.item())
+    assert naive == static
+
+
+def test_a_static_step_writes_one_cache_slot_and_nothing_else(tiny):
+    w, cos, sin, shared, first, _ = tiny
+    cache = StaticCache([k.clone() for k in shared.keys], [v.clone() for v in shared.values])
+    for k in cache.keys:
+        k[:, :, 12:] = 0  # what a fresh cache holds past the prompt
+    before = [k.clone() for k in cache.keys]
+    dec = Decoder(w, cache, cos, sin, start=12)
+    dec.reset(first)
+    dec.advance()
+    for old, new in zip(before, cache.keys):
+        changed = (old != new).any(dim=(0, 1, 3)).nonzero().flatten().tolist()
+        assert changed == [12]
+
+
+def test_int8_rows_round_trip_within_half_a_step():
+    w = torch.randn(64, 96)
+    q = quantize(w)
+    assert q.q.dtype == torch.int8 and q.q.abs().max() <= 127
+    err = (q.q.float() * q.scale[:, None] - w).abs()
+    assert (err <= q.scale[:, None] / 2 + 1e-6).all()
+
+
+def test_int8_linear_is_the_dequantized_product():
+    w, x = torch.randn(40, 72), torch.randn(3, 72)
+    q = quantize(w)
+    torch.testing.assert_close(int8_linear(x, q), x @ (q.q.float() * q.scale[:, None]).T, rtol=1e-5, atol=1e-5)
+
+
+def test_the_triton_kernel_in_the_interpreter_matches_the_reference():
+    pytest.importorskip("triton")
+    code = (
+        "import torch\n"
+        "from examples.capstone.int8_linear import int8_gemv, quantize, reference_int8_linear\n"
+        "torch.manual_seed(0)\n"
+        "q = quantize(torch.randn(50, 200))\n"  # neither size a multiple of the blocks
+        "x = torch.randn(2, 200)\n"
+        "got = int8_gemv(x, q.q, q.scale, {'BLOCK_N': 16, 'BLOCK_K': 64})\n"
+        "torch.testing.assert_close(got, reference_int8_linear(x, q.q, q.scale), rtol=1e-4, atol=1e-4)\n"
+        "print('ok')\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_int8_model_halves_the_bytes_and_stays_close(tiny):
+    w, cos, sin, cache, first, whole = tiny
+    wq = quantized(w)
+    ratio = bytes_read_per_token(wq, 0) / bytes_read_per_token(w, 0)
+    assert 0.25 < ratio < 0.3  # fp32 -> int8 plus scales and fp32 norms
+    dec = Decoder(wq, cache, cos, sin, start=12, linear=int8_linear)
+    dec.reset(first)
+    dec.advance()
+    rel = ((dec.logits - whole).norm() / whole.norm()).item()
+    assert 0 < rel < 0.05
+
+
+def test_the_speed_of_light_counts_the_same_bytes_as_the_measurement(tiny):
+    w = tiny[0]
+    c = TINY
+    shape = sol.Shape(c.layers, c.hidden, c.ffn, c.heads, c.kv_heads, c.head_dim, c.vocab)
+    model = sol.speed_of_light(shape, weight_bytes=4, context=10, batch=1, bandwidth_gbs=1)
+    norms_fp32_extra = ((2 * c.layers + 1) * c.hidden) * 2  # the model counts norms at bf16
+    kv_fp32_extra = 10 * sol.kv_bytes_per_token(shape)  # and the cache at bf16
+    assert bytes_read_per_token(w, 10) == pytest.approx(model.step_gb * 1e9 + norms_fp32_extra + kv_fp32_extra)
+
+
+def test_llama3_8b_weights_and_cache_by_hand():
+    c = sol.Shape()
+    per_layer = 4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336
+    assert sol.weight_count(c) == 32 * per_layer + 128256 * 4096
+    assert sol.kv_bytes_per_token(c) == 2 * 32 * 8 * 128 * 2 == 131072
+    r = sol.speed_of_light(c, weight_bytes=1, context=0, batch=4, bandwidth_gbs=4000)
+    assert r.tokens_per_s == pytest.approx(4 / (r.weight_gb / 4000))
+    assert sol.speed_of_light(c, weight_bytes=2, context=200_000, batch=64, bandwidth_gbs=1).bound == "kv cache"
+
+
+def test_the_calculator_refuses_bad_flags(cli):
+    proc = cli.run("-m", "examples.capstone.speed_of_light", "--bandwidth-gbs", "-3")
+    assert "--bandwidth-gbs" in cli.one_line_error(proc)
+    proc = cli.run("-m", "examples.capstone.speed_of_light", "--bandwidth-gbs", "3000", "--heads", "x")
+    assert "--heads" in cli.one_line_error(proc)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_tensor_parallel_slices_sum_to_the_whole_model(tiny, world):
+    """Run each rank's slice in turn, sum its partial outputs by hand: the whole step."""
+    w = random_weights(TINY.__class__(layers=2, hidden=64, ffn=160, heads=8, kv_heads=4, vocab=512,
+                                      head_dim=8), "cpu", torch.float32)
+    c = w.config
+    cos, sin = rope_tables(c, 32, "cpu")
+    prompt = torch.randint(0, c.vocab, (1, 9))
+    cache = StaticCache.empty(c, 1, 16, "cpu", torch.float32)
+    first = prefill(w, prompt, cache, cos, sin).argmax(-1)
+    dec = Decoder(w, cache, cos, sin, start=9)
+    dec.reset(first)
+    dec.advance()
+    shards = [shard(w, r, world) for r in range(world)]
+    assert sum(s.output.shape[0] for s in shards) == c.vocab
+    assert all(s.config.heads * world == c.heads and s.config.ffn * world == c.ffn for s in shards)
+    # Column/row splits: concatenating the slices' q/k/v rows gives back every head once.
+    q_rows = torch.cat([s.layers[0].wqkv[: s.config.heads * c.head_dim] for s in shards])
+    torch.testing.assert_close(q_rows, w.layers[0].wqkv[: c.heads * c.head_dim])
+    w2 = torch.cat([s.layers[0].w2 for s in shards], dim=1)
+    torch.testing.assert_close(w2, w.layers[0].w2)
