@@ -101,3 +101,62 @@ def test_overlap_of_a_made_up_trace():
     rows, share = overlap(kernels)
     assert [r["hidden"] for r in rows] == [6.0, 0.0]
     assert share == pytest.approx(6 / 12)
+
+
+# -- collectives.nccl_latency: the eager ways on gloo (graphs need a GPU) --------
+from examples.collectives import nccl_latency as lat  # noqa: E402
+
+
+def test_nccl_latency_record_on_gloo():
+    from examples.lab.harness import run_measurement
+
+    record = run_measurement(lat, device=torch.device("cpu"), quick=True,
+                             command="pytest")
+    sizes = lat.sizes(quick=True)
+    sweep = {(r.case["method"], r.case["bytes"]): r.metrics
+             for r in record.results if r.case["part"] == "sweep"}
+    assert set(sweep) == {(m, n) for m in ("one call", "back to back") for n in sizes}
+    for (method, _), metrics in sweep.items():
+        assert set(metrics) == {"time", "algbw", "busbw", "vs_smallest"}
+        t = metrics["time"]
+        assert t.method == "host clock, max over 2 ranks per sample" and t.n == 5
+        assert t.inner == (1 if method == "one call" else 8)
+    # No graphs on the CPU: no graphed rows, no alpha, and a note that says so.
+    assert not [r for r in record.results if r.case["part"] != "sweep"]
+    assert "graphed" in record.notes
+    assert len(record.checks) == 2 * len(sizes) and all(c.passed for c in record.checks)
+    assert lat.TP_DECODE_BYTES in sizes and sizes[0] == 1024
+
+
+def test_nccl_latency_three_ranks_sum_what_is_computed_locally():
+    config = {"sizes": [1024, 4096], "calls": 3, "warmup": 0, "reps": 2, "seed": 1234}
+    result = ring.spawn(lat.latency, 3, "gloo", config)
+    for n in config["sizes"]:
+        for i, which in enumerate((0, config["calls"] - 1)):
+            want = lat.expected_sum(1234, 3, n, which)
+            for rank in range(3):
+                got = result["saved"][f"check-{n}-{rank}.pt"]["eager"][i].double()
+                assert got.dtype == torch.float64 and got.shape == want.shape
+                # bf16: p - 1 = 2 roundings of at most 2^-8 each
+                assert (got - want).norm() / want.norm() <= 2 * 2**-8
+    times = result["saved"]["times-2.pt"]
+    assert set(times) == {f"{m}|{n}" for m in ("one call", "back to back")
+                          for n in config["sizes"]}
+    assert all(len(v) == 2 and min(v) > 0 for v in times.values())
+
+
+def test_nccl_latency_inputs_are_reproducible_and_distinct():
+    a = lat.rank_input(7, 0, 1024, 0)
+    assert a.dtype == torch.bfloat16 and a.numel() == 512
+    assert torch.equal(a, lat.rank_input(7, 0, 1024, 0))
+    for other in (lat.rank_input(7, 1, 1024, 0), lat.rank_input(7, 0, 1024, 63),
+                  lat.rank_input(8, 0, 1024, 0), lat.rank_input(7, 0, 2048, 0)[:512]):
+        assert not torch.equal(a, other)
+
+
+@pytest.mark.parametrize("gpus", [2, 4, 8])
+def test_ring_alpha_inverts_the_models_latency_term(gpus):
+    t = 8e-6  # a latency-bound all-reduce: the bandwidth term is ~0
+    alpha = lat.ring_alpha(t, gpus)
+    assert ring_allreduce_seconds(gpus=gpus, nbytes=0, bandwidth=1e9,
+                                  latency=alpha) == pytest.approx(t)
