@@ -109,3 +109,35 @@ def _(x, q, scale):
 def int8_linear(x: torch.Tensor, w: Int8Weight) -> torch.Tensor:
     """A drop-in for ``F.linear(x, weight)`` when the weight is an :class:`Int8Weight`."""
     return int8_linear_op(x, w.q, w.scale)
+
+
+# -- command line: the error and the bytes of one quantized matrix ---------------------
+EXAMPLE_ARGV = ["--rows", "4096", "--cols", "4096"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from examples.lab.cli import ArgumentParser, positive
+
+    parser = ArgumentParser(prog="python -m examples.capstone.int8_linear",
+                            description="Quantize a random weight matrix to int8 rows; report error and bytes.")
+    parser.add_argument("--rows", type=positive(int), default=4096, help="output features")
+    parser.add_argument("--cols", type=positive(int), default=4096, help="input features")
+    args = parser.parse_args(argv)
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(args.rows, args.cols, generator=g) / args.cols**0.5
+    x = torch.randn(8, args.cols, generator=g)
+    q = quantize(w)
+    exact = x @ w.T
+    err = ((int8_linear(x, q) - exact).norm() / exact.norm()).item()
+    bf16_bytes = w.numel() * 2
+    int8_bytes = q.q.numel() + q.scale.numel() * 2
+    print(f"bytes: {bf16_bytes / 1e6:.2f} MB in bf16, {int8_bytes / 1e6:.2f} MB as int8 rows + scales "
+          f"({int8_bytes / bf16_bytes:.3f} of bf16)")
+    print(f"product error: {err:.2e} relative (the products of {x.shape[0]} random vectors)")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -302,3 +302,40 @@ def naive_cache_from(cache: StaticCache, length: int) -> list:
     """The naive step's cache ([T, kv_heads, hd] per layer) holding the same prompt."""
     return [(k[0, :, :length].transpose(0, 1).contiguous(), v[0, :, :length].transpose(0, 1).contiguous())
             for k, v in zip(cache.keys, cache.values)]
+
+
+# -- command line: the shapes of a configuration, no weights allocated ------------------
+CONFIGS = {"llama3-8b": LLAMA3_8B, "tiny": TINY}
+EXAMPLE_ARGV = ["--config", "llama3-8b"]
+
+
+def describe(config: Config) -> list[tuple[str, tuple[int, int], int]]:
+    """(name, shape, count) of every matrix one layer holds, then the head."""
+    c = config
+    layer = [("wqkv", (c.qkv_rows, c.hidden)), ("wo", (c.hidden, c.heads * c.head_dim)),
+             ("w13", (2 * c.ffn, c.hidden)), ("w2", (c.hidden, c.ffn))]
+    return [(name, shape, c.layers) for name, shape in layer] + [("output", (c.vocab, c.hidden), 1)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from examples.lab.cli import ArgumentParser
+
+    parser = ArgumentParser(prog="python -m examples.capstone.model",
+                            description="The matrices one token step reads, per configuration.")
+    parser.add_argument("--config", choices=sorted(CONFIGS), default="llama3-8b")
+    args = parser.parse_args(argv)
+    config = CONFIGS[args.config]
+    total = 0
+    for name, (rows, cols), count in describe(config):
+        total += rows * cols * count
+        print(f"{name:7s} {rows:>7d} x {cols:<6d} x {count:>2d}  {rows * cols * count / 1e6:10.1f} M weights")
+    kv = 2 * config.layers * config.kv_heads * config.head_dim * 2
+    print(f"total   {total / 1e9:.3f} B weights read per token, {total * 2 / 1e9:.2f} GB in bf16; "
+          f"KV cache {kv / 1024:g} KiB per token")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -24,8 +24,8 @@ def _point(x, figure: Figure) -> Point:
 def series_of(request: PlotRequest, group: Group) -> tuple[list[Series], str, list[Figure]]:
     """The series of ``request`` in ``group``, the unit of its y metric, and the figures drawn.
 
-    Every selected row must have the x key (and the series key, if one is named);
-    rows without the y metric are left out, but at least one must have it. Two rows at
+    Rows without the y metric are left out, but at least one must have it; every row
+    that has it must have the x key (and the series key, if one is named). Two rows at
     the same x of the same series mean the filters leave a key free: that is an error.
     A series is labelled with its value alone (``eager``), or as ``legend=`` renames it.
     """
@@ -36,12 +36,12 @@ def series_of(request: PlotRequest, group: Group) -> tuple[list[Series], str, li
     units: set[str] = set()
     figures: list[Figure] = []
     for row in rows:
-        for key in (request.x, request.series):
-            if key is not None and key not in row.case:
-                raise LabError(f"{where}: a row has no case key {key!r} (keys: {', '.join(row.case)})")
         figure = row.metrics.get(request.y)
         if figure is None:
             continue
+        for key in (request.x, request.series):
+            if key is not None and key not in row.case:
+                raise LabError(f"{where}: a row has no case key {key!r} (keys: {', '.join(row.case)})")
         x = row.case[request.x]
         value = row.case[request.series] if request.series else None
         if (value, x) in seen:
