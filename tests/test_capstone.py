@@ -13,7 +13,7 @@ from examples.capstone import speed_of_light as sol
 from examples.capstone.decode import bytes_read_per_token, quantized
 from examples.capstone.int8_linear import int8_linear, quantize, reference_int8_linear
 from examples.capstone.model import (
-    TINY, Decoder, StaticCache, naive_cache_from, naive_generate, naive_step, prefill,
+    TINY, Config, Decoder, StaticCache, naive_cache_from, naive_generate, naive_step, prefill,
     random_weights, rope_tables)
 from examples.capstone.tensor_parallel import shard
 
@@ -142,8 +142,8 @@ def test_the_calculator_refuses_bad_flags(cli):
 @pytest.mark.parametrize("world", [2, 4])
 def test_tensor_parallel_slices_sum_to_the_whole_model(tiny, world):
     """Run each rank's slice in turn, sum its partial outputs by hand: the whole step."""
-    w = random_weights(TINY.__class__(layers=2, hidden=64, ffn=160, heads=8, kv_heads=4, vocab=512,
-                                      head_dim=8), "cpu", torch.float32)
+    w = random_weights(Config(layers=2, hidden=64, ffn=160, heads=8, kv_heads=4, vocab=512, head_dim=8),
+                       "cpu", torch.float32)
     c = w.config
     cos, sin = rope_tables(c, 32, "cpu")
     prompt = torch.randint(0, c.vocab, (1, 9))
