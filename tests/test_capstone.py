@@ -140,8 +140,9 @@ def test_the_calculator_refuses_bad_flags(cli):
 
 
 @pytest.mark.parametrize("world", [2, 4])
-def test_tensor_parallel_slices_sum_to_the_whole_model(tiny, world):
-    """Run each rank's slice in turn, sum its partial outputs by hand: the whole step."""
+def test_tensor_parallel_slices_partition_the_whole_model(tiny, world):
+    """Every head, FFN column and vocabulary row lands on exactly one rank (the gloo run of
+    examples.capstone.tensor_parallel checks the split step against the whole one)."""
     w = random_weights(Config(layers=2, hidden=64, ffn=160, heads=8, kv_heads=4, vocab=512, head_dim=8),
                        "cpu", torch.float32)
     c = w.config
