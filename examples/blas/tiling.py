@@ -70,7 +70,8 @@ def _pair(text: str) -> tuple[int, int]:
     try:
         a, b = (int(part) for part in text.lower().split("x"))
     except ValueError:
-        raise ValueError(f"expected AxB (two integers), got {text!r}") from None
+        raise ValueError(f"expected AxB (two integers), got {text!r}") \
+            from None
     if a <= 0 or b <= 0:
         raise ValueError(f"expected two positive integers, got {text!r}")
     return a, b
