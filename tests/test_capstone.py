@@ -114,11 +114,10 @@ def test_int8_model_halves_the_bytes_and_stays_close(tiny):
 
 def test_the_speed_of_light_counts_the_same_bytes_as_the_measurement(tiny):
     w = tiny[0]
-    c = TINY
-    shape = sol.Shape(c.layers, c.hidden, c.ffn, c.heads, c.kv_heads, c.head_dim, c.vocab)
-    model = sol.speed_of_light(shape, weight_bytes=4, context=10, batch=1, bandwidth_gbs=1)
+    c = TINY  # the calculator reads a model Config as it reads a Shape
+    model = sol.speed_of_light(c, weight_bytes=4, context=10, batch=1, bandwidth_gbs=1)
     norms_fp32_extra = ((2 * c.layers + 1) * c.hidden) * 2  # the model counts norms at bf16
-    kv_fp32_extra = 10 * sol.kv_bytes_per_token(shape)  # and the cache at bf16
+    kv_fp32_extra = 10 * sol.kv_bytes_per_token(c)  # and the cache at bf16
     assert bytes_read_per_token(w, 10) == pytest.approx(model.step_gb * 1e9 + norms_fp32_extra + kv_fp32_extra)
 
 

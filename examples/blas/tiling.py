@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 
 from examples.lab.cli import (ArgumentParser, add_json_flag, emit_json,
                               positive)
+from examples.stack.roofline_model import ridge_point
 
 EXAMPLE_ARGV = ["--tile", "128x128", "--tile", "128x256",
                 "--peak-tflops", "989", "--bandwidth-gbs", "3350",
@@ -99,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         rows, cols = _pair(args.wave)
     except ValueError as exc:
         parser.error(str(exc))
-    ridge = args.peak_tflops * 1e12 / (args.bandwidth_gbs * 1e9)
+    ridge = ridge_point(peak_tflops=args.peak_tflops,
+                        bandwidth_gbs=args.bandwidth_gbs)
     out = []
     for m, n in tiles:
         alone = tile_intensity(m, n, args.itemsize)

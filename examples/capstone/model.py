@@ -324,14 +324,14 @@ def main(argv: list[str] | None = None) -> int:
                             description="The matrices one token step reads, per configuration.")
     parser.add_argument("--config", choices=sorted(CONFIGS), default="llama3-8b")
     args = parser.parse_args(argv)
+    from examples.capstone.speed_of_light import kv_bytes_per_token, weight_count
+
     config = CONFIGS[args.config]
-    total = 0
     for name, (rows, cols), count in describe(config):
-        total += rows * cols * count
         print(f"{name:7s} {rows:>7d} x {cols:<6d} x {count:>2d}  {rows * cols * count / 1e6:10.1f} M weights")
-    kv = 2 * config.layers * config.kv_heads * config.head_dim * 2
+    total = weight_count(config)  # the calculator's count: a Config has the fields a Shape has
     print(f"total   {total / 1e9:.3f} B weights read per token, {total * 2 / 1e9:.2f} GB in bf16; "
-          f"KV cache {kv / 1024:g} KiB per token")
+          f"KV cache {kv_bytes_per_token(config) / 1024:g} KiB per token")
     return 0
 
 

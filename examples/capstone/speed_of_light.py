@@ -37,6 +37,8 @@ EXAMPLE_ARGV = ["--layers", "32", "--hidden", "4096", "--ffn", "14336", "--heads
 # --8<-- [start:model]
 @dataclass(frozen=True)
 class Shape:
+    """The fields the model reads; a Config of examples.capstone.model has them too."""
+
     layers: int = 32
     hidden: int = 4096
     ffn: int = 14336
