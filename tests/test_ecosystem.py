@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from examples.ecosystem.fft_conv import fft_conv2d
-from examples.ecosystem.fp8_gemm import E4M3, fp8_matmul, to_fp8
+from examples.ecosystem.fp8_gemm import E4M3, column_major, fp8_matmul, to_fp8
 from examples.ecosystem.sparse_dense import random_sparse, two_four, variants
 
 
@@ -36,9 +36,23 @@ def test_fp8_scale_uses_the_range():
     x8, scale = to_fp8(x)
     assert x8.dtype == E4M3
     assert x8.float().abs().max() == torch.finfo(E4M3).max
-    y = fp8_matmul(x8, scale, x8, scale).double()
     ref = (x8.double() * scale) @ (x8.double() * scale)
-    assert ((y - ref).norm() / ref.norm()) < 1e-2
+    x8_cm = column_major(x8)  # laid out once, reused by every product
+    assert x8_cm.stride() == (1, 64) and torch.equal(x8_cm.float(), x8.float())
+    for fast in (False, True):
+        y = fp8_matmul(x8, scale, x8_cm, scale, fast_accum=fast).double()
+        assert ((y - ref).norm() / ref.norm()) < 1e-2
+
+
+def test_fresh_thread_reraises_and_returns():
+    from types import SimpleNamespace
+
+    from examples.ecosystem.fft_conv import in_fresh_thread
+
+    lab = SimpleNamespace(cuda=False, device=torch.device("cpu"))
+    assert in_fresh_thread(lab, lambda: 42) == 42
+    with pytest.raises(ZeroDivisionError):
+        in_fresh_thread(lab, lambda: 1 / 0)
 
 
 def test_cpp_op_is_silu_and_passes_opcheck():

@@ -5,12 +5,16 @@ one. A 2-D convolution done directly (``F.conv2d``: cuDNN on a GPU) against
 the same convolution done through the FFT (pad, ``rfft2``, multiply,
 ``irfft2``), over filter sizes from 3x3 to 31x31. And ``F.conv2d`` with
 ``torch.backends.cudnn.benchmark`` off (cuDNN's heuristic picks an
-algorithm) and on (cuDNN times its algorithms on the first call).
+algorithm) and on (cuDNN times its algorithms on the first call). The
+convolutions run twice: with cuDNN's TF32 off (full FP32) and on (PyTorch's
+default for convolutions); the flags are restored afterwards.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
+import time
 
 import torch
 import torch.nn.functional as F
@@ -56,46 +60,130 @@ def batched_vs_loop(lab, signals: int, length: int) -> None:
               metric="slowdown", unit="x", value=t["one by one"] / t["batched"])
 
 
-def conv_sweep(lab, n, c, size, kernels) -> None:
+def kernels(fn) -> list[str] | str:
+    """The GPU kernels one call of fn launched, as the profiler names them."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return sorted({e.key[:100] for e in prof.key_averages()
+                       if str(e.device_type).endswith("CUDA")})
+    except Exception as exc:  # the profiler is an observation, not a check
+        return f"profiler failed: {type(exc).__name__}: {exc}"[:200]
+
+
+def in_fresh_thread(lab, fn):
+    """fn() in a new thread, its exception re-raised here.
+
+    PyTorch keeps the cuDNN plan it chose for a convolution in a
+    thread-local cache keyed by shapes, dtype and the TF32/deterministic
+    flags, but not by ``cudnn.benchmark`` (aten/src/ATen/native/cudnn/
+    Conv_v8.cpp): in one thread, a benchmark-mode call after a heuristic
+    call of the same shape reuses the heuristic's plan and searches
+    nothing. A new thread starts with an empty cache.
+    """
+    out: list = []
+    # A new thread starts on device 0: give it the one this thread uses.
+    index = (None if not lab.cuda else lab.device.index
+             if lab.device.index is not None else torch.cuda.current_device())
+
+    def target():
+        try:
+            if index is not None:
+                torch.cuda.set_device(index)
+            out.append(("ok", fn()))
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            out.append(("err", exc))
+
+    worker = threading.Thread(target=target)
+    worker.start()
+    worker.join()
+    status, value = out[0]
+    if status == "err":
+        raise value
+    return value
+
+
+def conv_sweep(lab, n, c, size, kernels_k, tf32: bool, reps) -> None:
     cudnn = torch.backends.cudnn
-    for k in kernels:
+    cudnn.allow_tf32 = tf32
+    mode = "on" if tf32 else "off"
+    # TF32 keeps 10 mantissa bits: ~1e-3 relative error is expected.
+    tol = 5e-3 if tf32 else 1e-4
+    for k in kernels_k:
         x = torch.randn(n, c, size, size, device=lab.device)
         w = torch.randn(c, c, k, k, device=lab.device) / k
         expected = F.conv2d(x.double(), w.double(), padding=k // 2)
-        lab.check(f"FFT conv {k}x{k}", fft_conv2d(x, w), expected,
-                  tolerance=1e-4)
+        direct = lambda: F.conv2d(x, w, padding=k // 2)  # noqa: E731
         times = {}
-        runs = {"direct, heuristic": (False, lambda: F.conv2d(x, w, padding=k // 2)),
-                "direct, benchmark": (True, lambda: F.conv2d(x, w, padding=k // 2)),
-                "FFT": (False, lambda: fft_conv2d(x, w))}
-        for name, (bench, fn) in runs.items():
+
+        def run(name, fn, bench):
             cudnn.benchmark = bench
-            lab.check(f"{name} {k}x{k}", fn(), expected, tolerance=1e-4)
-            case = {"part": "conv", "filter": k, "method": name}
-            times[name] = lab.time(fn, case=case, metric="time",
-                                   unit="ms").median
-        cudnn.benchmark = False
+            case = {"part": "conv", "filter": k, "method": name,
+                    "cudnn_tf32": mode}
+            began = time.perf_counter()
+            out = fn()  # benchmark mode searches here, on the first call
+            lab.synchronize()
+            first = time.perf_counter() - began
+            lab.check(f"{name} {k}x{k}, TF32 {mode}", out, expected,
+                      tolerance=tol if name != "FFT" else 1e-4)
+            del out
+            if name != "FFT":
+                # The first call's wall time: with benchmark on, the search.
+                lab.keep_samples([first * 1e3], case=case,
+                                 metric="first_call", unit="ms",
+                                 method="host clock, one synchronized call")
+            times[name] = lab.time(fn, case=case, metric="time", unit="ms",
+                                   warmup=None if reps is None else 5,
+                                   repetitions=reps).median
+            if lab.cuda and k in NOTED_FILTERS:
+                lab.note(f"kernels, {name}, {k}x{k}, TF32 {mode}",
+                         kernels(fn))
+            cudnn.benchmark = False
+
+        # Each cuDNN mode in its own thread: a fresh plan cache for each.
+        in_fresh_thread(lab, lambda: run("direct, heuristic", direct, False))
+        in_fresh_thread(lab, lambda: run("direct, benchmark", direct, True))
+        run("FFT", lambda: fft_conv2d(x, w), False)  # no cuDNN inside
         best_direct = min(times["direct, heuristic"],
                           times["direct, benchmark"])
-        lab.value(case={"part": "conv", "filter": k, "method": "FFT"},
+        lab.value(case={"part": "conv", "filter": k, "method": "FFT",
+                        "cudnn_tf32": mode},
                   metric="fft_speedup",
                   unit="x", value=best_direct / times["FFT"])
         lab.value(case={"part": "conv", "filter": k,
-                        "method": "direct, benchmark"},
+                        "method": "direct, benchmark", "cudnn_tf32": mode},
                   metric="benchmark_speedup", unit="x",
-                  value=times["direct, heuristic"] / times["direct, benchmark"])
+                  value=times["direct, heuristic"]
+                  / times["direct, benchmark"])
+
+
+#: Filters whose kernels the record names (the profiler costs a second).
+NOTED_FILTERS = (3, 9, 31)
 
 
 def measure(lab) -> None:
-    # Full FP32 on both paths: cuDNN would otherwise use TF32 for conv2d.
-    torch.backends.cudnn.allow_tf32 = False
-    lab.note("TF32", "off for cuDNN convolutions (torch's default is on)")
-    if lab.quick:
-        batched_vs_loop(lab, 64, 1024)
-        conv_sweep(lab, 2, 4, 64, (3, 11, 21))
-        return
-    batched_vs_loop(lab, 1024, 4096)
-    conv_sweep(lab, 8, 32, 256, (3, 5, 7, 9, 11, 15, 21, 31))
+    cudnn = torch.backends.cudnn
+    saved = cudnn.allow_tf32, cudnn.benchmark
+    lab.note("TF32", "cuDNN convolutions measured with allow_tf32 off and "
+             "on (torch's default is on); matmuls (the FFT path's complex "
+             f"products) left at allow_tf32="
+             f"{torch.backends.cuda.matmul.allow_tf32}")
+    try:
+        if lab.quick:
+            batched_vs_loop(lab, 64, 1024)
+            for tf32 in (False, True):
+                conv_sweep(lab, 2, 4, 64, (3, 11, 21), tf32, None)
+            return
+        batched_vs_loop(lab, 1024, 4096)
+        for tf32 in (False, True):
+            # 20 repetitions: each call is 0.3-50 ms, the spread is small.
+            conv_sweep(lab, 8, 32, 256, (3, 5, 7, 9, 11, 15, 21, 31), tf32,
+                       20)
+    finally:
+        cudnn.allow_tf32, cudnn.benchmark = saved
 
 
 def main(argv=None) -> int:

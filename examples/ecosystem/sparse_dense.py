@@ -3,9 +3,11 @@
 A square matrix A with a fraction ``sparsity`` of its entries zero (at random
 places) times a dense B: once as a dense matmul (cuBLAS on a GPU, the CPU
 BLAS otherwise), once with A stored as CSR (cuSPARSE's SpMM on a GPU). Both
-are checked against a float64 product first. On a GPU the same run also times
-the CPU, and a 2:4 sparse bf16 matmul (two zeros in every four) if this
-build has the kernels for it.
+are checked against a float64 product first. The dense side is FP32 with
+TF32 off (PyTorch's default); on a GPU it is also timed in TF32 and in BF16,
+as a user would run it, for two shapes. On a GPU the same run also times the
+CPU, and 2:4 sparse bf16 products (two zeros in every four) for a few shapes
+if this build has the kernels, with the kernels the profiler saw.
 """
 
 from __future__ import annotations
@@ -39,25 +41,73 @@ def variants(a: torch.Tensor):
 # --8<-- [end:operands]
 
 
-def _sweep(lab, device, n: int, k: int, sparsities, reps=None) -> None:
+def _band(s: float) -> str:
+    return "below 90%" if s < 0.9 else "90% and above"
+
+
+def _sweep(lab, device, n: int, k: int, sparsities, reps=None,
+           baselines: bool = False) -> None:
+    """CSR against dense FP32 (TF32 off, PyTorch's default) at each sparsity;
+    with ``baselines``, also against dense TF32 and dense BF16 (GPU)."""
     for s in sparsities:
         a = random_sparse(n, s, device)
         b = torch.randn(n, k, device=device)
         expected = a.double() @ b.double()
+        base = {"device": device.type, "n": n, "k": k, "sparsity": s,
+                "band": _band(s)}
         times = {}
         for name, fn in variants(a).items():
-            lab.check(f"{name}, {device.type}, sparsity {s}", fn(b), expected,
-                      tolerance=1e-5)
-            case = {"device": device.type, "n": n, "sparsity": s,
-                    "band": "below 90%" if s < 0.9 else "90% and above",
-                    "format": name}
-            times[name] = lab.time(lambda: fn(b), case=case, metric="time",
-                                   unit="ms", repetitions=reps).median
-        case = {"device": device.type, "n": n, "sparsity": s,
-                "band": "below 90%" if s < 0.9 else "90% and above",
-                "format": "CSR"}
+            lab.check(f"{name}, {device.type}, {n}x{k}, sparsity {s}", fn(b),
+                      expected, tolerance=1e-5)
+            times[name] = lab.time(lambda: fn(b),
+                                   case={**base, "format": name},
+                                   metric="time", unit="ms",
+                                   repetitions=reps).median
+        if baselines:
+            times.update(_dense_baselines(lab, a, b, expected, base, reps))
+        case = {**base, "format": "CSR"}
         lab.value(case=case, metric="sparse_speedup", unit="x",
                   value=times["dense"] / times["CSR"])
+        for name, metric in (("dense TF32", "speedup_vs_tf32"),
+                             ("dense bf16", "speedup_vs_bf16")):
+            if name in times:
+                lab.value(case=case, metric=metric, unit="x",
+                          value=times[name] / times["CSR"])
+
+
+def _dense_baselines(lab, a, b, expected, base, reps) -> dict[str, float]:
+    """The dense product as a GPU user would run it: TF32 or BF16."""
+    times = {}
+    what = f"{base['n']}x{base['k']}, sparsity {base['sparsity']}"
+    saved = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")  # TF32 for fp32 matmuls
+        lab.check(f"dense TF32, {what}", a @ b, expected, tolerance=5e-3)
+        times["dense TF32"] = lab.time(
+            lambda: a @ b, case={**base, "format": "dense TF32"},
+            metric="time", unit="ms", repetitions=reps).median
+    finally:
+        torch.set_float32_matmul_precision(saved)
+    a16, b16 = a.bfloat16(), b.bfloat16()  # cast once, outside the timing
+    lab.check(f"dense bf16, {what}", a16 @ b16, expected, tolerance=2e-2)
+    times["dense bf16"] = lab.time(
+        lambda: a16 @ b16, case={**base, "format": "dense bf16"},
+        metric="time", unit="ms", repetitions=reps).median
+    return times
+
+
+def kernels(fn) -> list[str] | str:
+    """The GPU kernels one call of fn launched, as the profiler names them."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return sorted({e.key[:120] for e in prof.key_averages()
+                       if str(e.device_type).endswith("CUDA")})
+    except Exception as exc:  # the profiler is an observation, not a check
+        return f"profiler failed: {type(exc).__name__}: {exc}"[:200]
 
 
 # --8<-- [start:two_four]
@@ -75,35 +125,52 @@ def semi_structured_speedup(lab, n: int, k: int) -> None:
     a = two_four(torch.randn(n, n, device="cuda", dtype=torch.bfloat16))
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     a_24 = to_sparse_semi_structured(a)  # values + 2-bit indices
-    lab.check("2:4 sparse bf16", a_24 @ b, a.double() @ b.double(),
-              tolerance=2e-2)
+    lab.check(f"2:4 sparse bf16, {n}x{k}", a_24 @ b,
+              a.double() @ b.double(), tolerance=2e-2)
     # --8<-- [end:two_four]
-    dense = lab.time(lambda: a @ b, case={"device": "cuda", "n": n,
-                     "format": "dense bf16", "sparsity": 0.5,
-                     "band": "2:4"}, metric="time", unit="ms").median
-    case = {"device": "cuda", "n": n, "format": "2:4 bf16",
-            "sparsity": 0.5, "band": "2:4"}
+    base = {"device": "cuda", "n": n, "k": k, "sparsity": 0.5, "band": "2:4"}
+    dense = lab.time(lambda: a @ b, case={**base, "format": "dense bf16"},
+                     metric="time", unit="ms").median
+    case = {**base, "format": "2:4 bf16"}
     sparse = lab.time(lambda: a_24 @ b, case=case, metric="time",
                       unit="ms").median
     lab.value(case=case, metric="sparse_speedup", unit="x",
               value=dense / sparse)
     lab.note("2:4 kernels", type(a_24).__name__)
+    # Which kernels one product launched: the sparse GEMM and any copies.
+    lab.note(f"2:4 kernels, {n}x{n} @ {n}x{k}", kernels(lambda: a_24 @ b))
+    lab.note(f"dense bf16 kernels, {n}x{n} @ {n}x{k}", kernels(lambda: a @ b))
+
+
+#: (n, k) of the 2:4 products: A is n x n, B is n x k.
+SHAPES_24 = ((8192, 1024), (8192, 8192), (16384, 16384))
+#: The second CSR shape, on fewer sparsities (each CSR call is ~20 ms).
+SECOND_SPARSITIES = (0.5, 0.8, 0.9, 0.95, 0.98, 0.99)
 
 
 def measure(lab) -> None:
+    from examples.lab.harness import CheckFailed
+
     cpu = torch.device("cpu")
     if lab.quick:
-        _sweep(lab, lab.device, 512, 64, (0.5, 0.9, 0.99))
+        _sweep(lab, lab.device, 512, 64, (0.5, 0.9, 0.99),
+               baselines=lab.cuda)
         if lab.cuda:
             _sweep(lab, cpu, 512, 64, (0.5, 0.9, 0.99))
         return
     if lab.cuda:
-        _sweep(lab, lab.device, 8192, 1024, SPARSITIES)
-        try:
-            semi_structured_speedup(lab, 8192, 1024)
-        except (RuntimeError, NotImplementedError, ImportError) as exc:
-            lab.note("2:4 sparse", f"{type(exc).__name__}: "
-                     f"{str(exc).strip().splitlines()[0]}")
+        _sweep(lab, lab.device, 8192, 1024, SPARSITIES, baselines=True)
+        _sweep(lab, lab.device, 4096, 4096, SECOND_SPARSITIES, reps=20,
+               baselines=True)
+        for n, k in SHAPES_24:
+            try:
+                semi_structured_speedup(lab, n, k)
+            except CheckFailed:  # a wrong product aborts the record
+                raise
+            except (RuntimeError, NotImplementedError, ImportError) as exc:
+                # An optional kernel missing from this build is an observation.
+                lab.note(f"2:4 sparse, {n}x{k}", f"{type(exc).__name__}: "
+                         f"{str(exc).strip().splitlines()[0]}")
     _sweep(lab, cpu, 2048, 256, SPARSITIES, reps=10)
     lab.note("CPU threads", torch.get_num_threads())
 
