@@ -160,3 +160,75 @@ def test_tensor_parallel_slices_partition_the_whole_model(tiny, world):
     torch.testing.assert_close(q_rows, w.layers[0].wqkv[: c.heads * c.head_dim])
     w2 = torch.cat([s.layers[0].w2 for s in shards], dim=1)
     torch.testing.assert_close(w2, w.layers[0].w2)
+
+
+def test_the_fused_step_equals_the_whole_sequence(tiny):
+    from examples.capstone.fused import FusedDecoder
+
+    w, cos, sin, cache, first, whole = tiny
+    dec = FusedDecoder(w, _copy(cache), cos, sin, start=12)
+    dec.reset(first)
+    dec.advance()
+    torch.testing.assert_close(dec.logits, whole, rtol=1e-4, atol=1e-4)
+    assert dec.pos.item() == 13 and dec.tokens.item() == whole.argmax(-1).item()
+
+
+def _copy(cache: StaticCache) -> StaticCache:
+    return StaticCache([k.clone() for k in cache.keys], [v.clone() for v in cache.values])
+
+
+FUSED_KERNELS_SCRIPT = """
+import torch
+from examples.capstone import fused
+from examples.capstone.int8_linear import quantize
+from examples.capstone.model import TINY, StaticCache, prefill, random_weights, rope_tables
+torch.manual_seed(0)
+fused.FIXED_BLOCKS = {"BLOCK_N": 4, "BLOCK_K": 32}  # no autotuner in the interpreter
+fused.SPLIT = 8  # several attention splits, some wholly past pos
+kernels, twins = (lambda t: True), (lambda t: False)
+
+def both(fn, *args, **kwargs):  # the kernel, then its PyTorch twin, on copies
+    fused._on_gpu = kernels
+    got = fn(*[a.clone() if torch.is_tensor(a) else a for a in args], **kwargs)
+    fused._on_gpu = twins
+    return got, fn(*args, **kwargs)
+
+x, g = torch.randn(1, 40), torch.rand(40) + 0.5  # sizes that are not multiples of the blocks
+for weight in (torch.randn(50, 40), quantize(torch.randn(50, 40))):
+    for kw in ({}, {"norm": g}, {"residual": torch.randn(1, 50)}, {"norm": g, "swiglu": True}):
+        n = 25 if kw.get("swiglu") else 50
+        got, ref = both(fused.matvec, x, weight, **kw)
+        assert got.shape == (1, n)
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+c = TINY
+w = random_weights(c, "cpu", torch.float32)
+cos, sin = rope_tables(c, 40, "cpu")
+cache = StaticCache.empty(c, 1, 20, "cpu", torch.float32)
+prompt = torch.randint(0, c.vocab, (1, 12))
+first = prefill(w, prompt, cache, cos, sin).argmax(-1)
+for step in range(3):  # the whole step: logits, the cache written, the next token
+    k1, v1 = [t.clone() for t in cache.keys], [t.clone() for t in cache.values]
+    c1, c2 = StaticCache(k1, v1), StaticCache(cache.keys, cache.values)
+    pos = torch.tensor([12 + step])
+    fused._on_gpu = kernels
+    got = fused.fused_logits(w, first, pos, c1, cos, sin)
+    fused._on_gpu = twins
+    ref = fused.fused_logits(w, first, pos, c2, cos, sin)
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+    for a, b in zip(k1 + v1, c2.keys + c2.values):
+        torch.testing.assert_close(a, b)
+    tokens, moved = torch.zeros(1, dtype=torch.long), pos.clone()
+    fused._on_gpu = kernels
+    fused.argmax_next(got, tokens, moved)
+    assert tokens.item() == got.argmax(-1).item() and moved.item() == pos.item() + 1
+    first = tokens
+print("ok")
+"""
+
+
+def test_the_fused_kernels_in_the_interpreter_match_their_twins():
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", FUSED_KERNELS_SCRIPT], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

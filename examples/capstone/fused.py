@@ -1,0 +1,338 @@
+"""The decode step in the book's own Triton kernels: seven launches per layer.
+
+After ``torch.compile`` and a CUDA graph (Chapter 9's best rung) a token still
+runs about 500 kernels, and the profiler shows where the rest of the time
+goes: cuBLAS's matrix-vector kernels stream the small matrices at 70-90 % of
+the copy bandwidth, the attention over a 576-token cache is three kernels
+and about 12 µs a layer, and a dozen small kernels (norms, rotary
+embedding, SiLU, residual adds) each cost a launch and a tail.
+
+Here each layer is seven kernels, and the small work rides inside the big
+reads:
+
+1. :func:`matvec` with ``norm``: RMSNorm folded into the q/k/v product (the
+   sum of squares is taken from the same loads of ``x`` the product uses);
+2. :func:`rope_store`: rotary embedding of q and k, k and v written to the
+   cache at ``pos``;
+3. and 4. :func:`attention`: split-K attention over the cache (each program
+   one query head and 64 positions), then the split results combined;
+5. :func:`matvec` with ``residual``: the output projection plus ``x``;
+6. :func:`matvec` with ``norm`` and ``swiglu``: the gate and up rows of a
+   feature read by the same program, ``silu(gate) * up`` written;
+7. :func:`matvec` with ``residual``: the down projection plus ``x``.
+
+Every kernel has a PyTorch twin that does the same arithmetic; the twins run
+on the CPU (and in CI), and the tests check the kernels against them in
+Triton's interpreter. Batch 1 only: this is the latency path.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from examples.capstone.int8_linear import Int8Weight
+from examples.capstone.model import Config, Decoder, Layer, Weights
+
+try:  # Triton is optional on the CPU
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - the [triton] extra is installed in CI
+    triton = None
+
+#: Positions each attention program reads (one split of the cache).
+SPLIT = 64
+#: BLOCK_N/BLOCK_K for :func:`matvec` instead of autotuning: Triton's CPU
+#: interpreter, which the tests use, has no benchmarker to autotune with.
+FIXED_BLOCKS: dict | None = None
+
+
+def _on_gpu(t: torch.Tensor) -> bool:
+    return t.is_cuda and triton is not None
+
+
+def _weight(w) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return (w.q, w.scale) if isinstance(w, Int8Weight) else (w, None)
+
+
+if triton is not None:
+    _MATVEC_CONFIGS = [
+        triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=nw)
+        for bn, bk, nw in [(1, 512, 4), (1, 1024, 8), (2, 512, 4), (2, 1024, 8),
+                           (4, 512, 4), (4, 1024, 8), (8, 512, 4)]
+    ]
+
+    # --8<-- [start:matvec]
+    @triton.autotune(configs=_MATVEC_CONFIGS,
+                     key=["N", "K", "NORM", "SWIGLU", "RESIDUAL", "INT8"])
+    @triton.jit
+    def _matvec_kernel(x_ptr, w_ptr, scale_ptr, g_ptr, r_ptr, y_ptr, N, K,
+                       eps, NORM: tl.constexpr, SWIGLU: tl.constexpr,
+                       RESIDUAL: tl.constexpr, INT8: tl.constexpr,
+                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        # y[n] = W[n] . (norm(x) * g)  (+ r[n]); BLOCK_N rows per program.
+        n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + tl.arange(0, BLOCK_K)
+            x = tl.load(x_ptr + k, mask=k < K, other=0.0).to(tl.float32)
+            if NORM:  # RMSNorm's statistic, from the loads the product needs
+                squares += x * x
+                x = x * tl.load(g_ptr + k, mask=k < K, other=0.0).to(tl.float32)
+            mask = (n[:, None] < N) & (k[None, :] < K)
+            w = tl.load(w_ptr + n[:, None] * K + k[None, :], mask=mask, other=0)
+            acc += w.to(tl.float32) * x[None, :]
+            if SWIGLU:  # the up row of the same feature sits N rows below
+                u = tl.load(w_ptr + (n[:, None] + N) * K + k[None, :],
+                            mask=mask, other=0)
+                up += u.to(tl.float32) * x[None, :]
+        y = tl.sum(acc, axis=1)
+        if NORM:
+            inv_rms = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
+            y = y * inv_rms
+        if INT8:  # per-row scales: applied once, after the sum
+            y = y * tl.load(scale_ptr + n, mask=n < N, other=0.0).to(tl.float32)
+        if SWIGLU:
+            u = tl.sum(up, axis=1)
+            if NORM:
+                u = u * inv_rms
+            if INT8:
+                u = u * tl.load(scale_ptr + n + N, mask=n < N,
+                                other=0.0).to(tl.float32)
+            y = y / (1.0 + tl.exp(-y)) * u  # silu(gate) * up
+        if RESIDUAL:
+            y += tl.load(r_ptr + n, mask=n < N, other=0.0).to(tl.float32)
+        tl.store(y_ptr + n, y.to(y_ptr.dtype.element_ty), mask=n < N)
+    # --8<-- [end:matvec]
+
+    @triton.jit
+    def _rope_store_kernel(qkv_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_cache,
+                           v_cache, max_len, HEADS: tl.constexpr,
+                           KV_HEADS: tl.constexpr, D: tl.constexpr):
+        # Program h < HEADS rotates query head h; the next KV_HEADS programs
+        # rotate key head h - HEADS and store it and its value head at pos.
+        h = tl.program_id(0)
+        half = tl.arange(0, D // 2)
+        pos = tl.load(pos_ptr)
+        cos = tl.load(cos_ptr + pos * (D // 2) + half)
+        sin = tl.load(sin_ptr + pos * (D // 2) + half)
+        x1 = tl.load(qkv_ptr + h * D + half).to(tl.float32)
+        x2 = tl.load(qkv_ptr + h * D + D // 2 + half).to(tl.float32)
+        r1, r2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+        if h < HEADS:
+            tl.store(q_ptr + h * D + half, r1.to(q_ptr.dtype.element_ty))
+            tl.store(q_ptr + h * D + D // 2 + half, r2.to(q_ptr.dtype.element_ty))
+        else:
+            kv = h - HEADS
+            slot = (kv * max_len + pos) * D
+            tl.store(k_cache + slot + half, r1.to(k_cache.dtype.element_ty))
+            tl.store(k_cache + slot + D // 2 + half, r2.to(k_cache.dtype.element_ty))
+            d = tl.arange(0, D)
+            v = tl.load(qkv_ptr + (HEADS + KV_HEADS + kv) * D + d)
+            tl.store(v_cache + slot + d, v)
+
+    @triton.jit
+    def _attention_split_kernel(q_ptr, k_cache, v_cache, pos_ptr, m_ptr, l_ptr,
+                                o_ptr, max_len, scale, GROUP: tl.constexpr,
+                                D: tl.constexpr, SPLIT: tl.constexpr):
+        # Program (h, s): query head h against positions s*SPLIT .. +SPLIT.
+        h, s = tl.program_id(0), tl.program_id(1)
+        splits = tl.num_programs(1)
+        kv = h // GROUP
+        pos = tl.load(pos_ptr)
+        t = s * SPLIT + tl.arange(0, SPLIT)
+        d = tl.arange(0, D)
+        live = t <= pos  # the cache beyond pos holds no token yet
+        q = tl.load(q_ptr + h * D + d).to(tl.float32)
+        rows = (kv * max_len + t[:, None]) * D + d[None, :]
+        k = tl.load(k_cache + rows, mask=live[:, None], other=0.0).to(tl.float32)
+        scores = tl.sum(k * q[None, :], axis=1) * scale
+        scores = tl.where(live, scores, float("-inf"))
+        m = tl.max(scores, axis=0)  # -inf for a split wholly past pos
+        p = tl.exp(scores - tl.where(m == float("-inf"), 0.0, m))
+        v = tl.load(v_cache + rows, mask=live[:, None], other=0.0).to(tl.float32)
+        out = h * splits + s
+        tl.store(m_ptr + out, m)
+        tl.store(l_ptr + out, tl.sum(p, axis=0))
+        tl.store(o_ptr + out * D + d, tl.sum(p[:, None] * v, axis=0))
+
+    @triton.jit
+    def _attention_combine_kernel(m_ptr, l_ptr, o_ptr, y_ptr, splits,
+                                  D: tl.constexpr, SPLITS_P2: tl.constexpr):
+        # Rescale each split's sums to the largest maximum, add, normalize.
+        h = tl.program_id(0)
+        s = tl.arange(0, SPLITS_P2)
+        d = tl.arange(0, D)
+        ok = s < splits
+        m = tl.load(m_ptr + h * splits + s, mask=ok, other=float("-inf"))
+        l = tl.load(l_ptr + h * splits + s, mask=ok, other=0.0)
+        o = tl.load(o_ptr + (h * splits + s[:, None]) * D + d[None, :],
+                    mask=ok[:, None], other=0.0)
+        weight = tl.exp(m - tl.max(m, axis=0))
+        total = tl.sum(weight * l, axis=0)
+        y = tl.sum(weight[:, None] * o, axis=0) / total
+        tl.store(y_ptr + h * D + d, y.to(y_ptr.dtype.element_ty))
+
+    @triton.jit
+    def _argmax_blocks_kernel(x_ptr, best_ptr, where_ptr, N, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + i, mask=i < N, other=float("-inf")).to(tl.float32)
+        top = tl.max(x, axis=0)
+        # the first index holding the maximum, as torch.argmax returns
+        first = tl.min(tl.where(x == top, i, N), axis=0)
+        tl.store(best_ptr + tl.program_id(0), top)
+        tl.store(where_ptr + tl.program_id(0), first)
+
+    @triton.jit
+    def _argmax_finish_kernel(best_ptr, where_ptr, blocks, token_ptr, pos_ptr,
+                              N, BLOCKS_P2: tl.constexpr):
+        # The winning block's index becomes the next token; pos moves on.
+        b = tl.arange(0, BLOCKS_P2)
+        best = tl.load(best_ptr + b, mask=b < blocks, other=float("-inf"))
+        where = tl.load(where_ptr + b, mask=b < blocks, other=N)
+        top = tl.max(best, axis=0)
+        tl.store(token_ptr, tl.min(tl.where(best == top, where, N), axis=0))
+        tl.store(pos_ptr, tl.load(pos_ptr) + 1)
+
+
+# -- the operations, each a kernel on the GPU and its twin elsewhere --------------------
+def matvec(x: torch.Tensor, weight, *, norm: torch.Tensor | None = None, eps: float = 1e-5,
+           swiglu: bool = False, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """One row ``x`` [1, K] times a weight [N or 2N, K] (bf16 or int8 rows).
+
+    ``norm``: RMSNorm ``x`` with this weight first. ``swiglu``: the weight's
+    first half are gate rows and its second half up rows, and the result is
+    ``silu(gate) * up`` [1, N]. ``residual``: added to the result.
+    """
+    w, scale = _weight(weight)
+    k = x.shape[-1]
+    n = w.shape[0] // 2 if swiglu else w.shape[0]
+    if not _on_gpu(x):
+        return _matvec_reference(x, weight, norm, eps, swiglu, residual)
+    y = torch.empty(1, n, device=x.device, dtype=x.dtype)
+    dummy = x  # pointers a disabled branch never reads
+    grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
+    kernel = _matvec_kernel if FIXED_BLOCKS is None else _matvec_kernel.fn
+    kernel[grid](x, w, scale if scale is not None else dummy,
+                         norm if norm is not None else dummy,
+                         residual if residual is not None else dummy, y, n, k, eps,
+                         NORM=norm is not None, SWIGLU=swiglu,
+                         RESIDUAL=residual is not None, INT8=scale is not None,
+                         **(FIXED_BLOCKS or {}))
+    return y
+
+
+def _matvec_reference(x, weight, norm, eps, swiglu, residual):
+    x32 = x.float()
+    if norm is not None:
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * norm.float()
+    w, scale = _weight(weight)
+    y = x32 @ w.float().T
+    if scale is not None:
+        y = y * scale.float()
+    if swiglu:
+        gate, up = y.chunk(2, dim=-1)
+        y = F.silu(gate) * up
+    if residual is not None:
+        y = y + residual.float()
+    return y.to(x.dtype)
+
+
+def rope_store(qkv, cos, sin, pos, keys, values, config: Config) -> torch.Tensor:
+    """Rotate q and k at ``pos``; write k and v into the cache; return q [heads, D]."""
+    c, hd = config, config.head_dim
+    if not _on_gpu(qkv):
+        return _rope_store_reference(qkv, cos, sin, pos, keys, values, c)
+    q = torch.empty(c.heads, hd, device=qkv.device, dtype=qkv.dtype)
+    _rope_store_kernel[(c.heads + c.kv_heads,)](
+        qkv, cos, sin, pos, q, keys, values, keys.shape[2],
+        HEADS=c.heads, KV_HEADS=c.kv_heads, D=hd)
+    return q
+
+
+def _rope_store_reference(qkv, cos, sin, pos, keys, values, c: Config):
+    hd = c.head_dim
+    heads = qkv.view(c.heads + 2 * c.kv_heads, hd).float()
+    x1, x2 = heads[: c.heads + c.kv_heads].chunk(2, dim=-1)
+    cs, sn = cos[pos], sin[pos]  # [1, D/2]
+    rotated = torch.cat((x1 * cs - x2 * sn, x2 * cs + x1 * sn), dim=-1).to(qkv.dtype)
+    keys[0, :, pos] = rotated[c.heads:].unsqueeze(1)
+    values[0, :, pos] = heads[c.heads + c.kv_heads:].to(qkv.dtype).unsqueeze(1)
+    return rotated[: c.heads]
+
+
+def attention(q, keys, values, pos, config: Config) -> torch.Tensor:
+    """Softmax attention of q [heads, D] over the cache up to ``pos``: [1, heads * D]."""
+    c, hd = config, config.head_dim
+    if not _on_gpu(q):
+        return _attention_reference(q, keys, values, pos, c)
+    max_len = keys.shape[2]
+    splits = triton.cdiv(max_len, SPLIT)
+    m = torch.empty(c.heads, splits, device=q.device, dtype=torch.float32)
+    l = torch.empty_like(m)  # noqa: E741
+    o = torch.empty(c.heads, splits, hd, device=q.device, dtype=torch.float32)
+    _attention_split_kernel[(c.heads, splits)](
+        q, keys, values, pos, m, l, o, max_len, 1.0 / math.sqrt(hd),
+        GROUP=c.heads // c.kv_heads, D=hd, SPLIT=SPLIT)
+    y = torch.empty(1, c.heads * hd, device=q.device, dtype=q.dtype)
+    _attention_combine_kernel[(c.heads,)](m, l, o, y, splits, D=hd,
+                                          SPLITS_P2=triton.next_power_of_2(splits))
+    return y
+
+
+def _attention_reference(q, keys, values, pos, c: Config):
+    group = c.heads // c.kv_heads
+    k = keys[0].float().repeat_interleave(group, dim=0)  # [heads, T, D]
+    v = values[0].float().repeat_interleave(group, dim=0)
+    scores = (k @ q.float().unsqueeze(-1)).squeeze(-1) / math.sqrt(c.head_dim)
+    scores = scores.masked_fill(torch.arange(k.shape[1], device=q.device) > pos, float("-inf"))
+    return (scores.softmax(-1).unsqueeze(1) @ v).reshape(1, -1).to(q.dtype)
+
+
+def argmax_next(logits: torch.Tensor, tokens: torch.Tensor, pos: torch.Tensor) -> None:
+    """tokens[0] = argmax(logits[0]); pos += 1; in two kernels, no host sync."""
+    if not _on_gpu(logits):
+        tokens.copy_(logits.argmax(-1))
+        pos.add_(1)
+        return
+    n, block = logits.shape[-1], 4096
+    blocks = triton.cdiv(n, block)
+    best = torch.empty(blocks, device=logits.device, dtype=torch.float32)
+    where = torch.empty(blocks, device=logits.device, dtype=torch.int64)
+    _argmax_blocks_kernel[(blocks,)](logits, best, where, n, BLOCK=block)
+    _argmax_finish_kernel[(1,)](best, where, blocks, tokens, pos, n,
+                                BLOCKS_P2=triton.next_power_of_2(blocks))
+
+
+# -- the step -----------------------------------------------------------------------------
+# --8<-- [start:layer]
+def fused_layer(x, layer: Layer, keys, values, pos, cos, sin, c: Config):
+    """One layer, seven kernels, for one token; x [1, hidden]."""
+    qkv = matvec(x, layer.wqkv, norm=layer.attn_norm, eps=c.norm_eps)
+    q = rope_store(qkv, cos, sin, pos, keys, values, c)
+    attn = attention(q, keys, values, pos, c)  # two kernels
+    x = matvec(attn, layer.wo, residual=x)
+    ffn = matvec(x, layer.w13, norm=layer.ffn_norm, eps=c.norm_eps, swiglu=True)
+    return matvec(ffn, layer.w2, residual=x)
+# --8<-- [end:layer]
+
+
+def fused_logits(w: Weights, tokens, pos, cache, cos, sin) -> torch.Tensor:
+    """Logits [1, vocab] of ``tokens`` [1] at ``pos`` through every layer."""
+    if tokens.shape[0] != 1:
+        raise ValueError(f"the fused step is for batch 1, got a batch of {tokens.shape[0]}")
+    x = w.embed[tokens]
+    for i, layer in enumerate(w.layers):
+        x = fused_layer(x, layer, cache.keys[i], cache.values[i], pos, cos, sin, w.config)
+    return matvec(x, w.output, norm=w.norm, eps=w.config.norm_eps)
+
+
+class FusedDecoder(Decoder):
+    """:class:`~examples.capstone.model.Decoder` whose ``advance`` is the fused step."""
+
+    def advance(self) -> None:
+        self.logits = fused_logits(self.w, self.tokens, self.pos, self.cache, self.cos, self.sin)
+        argmax_next(self.logits, self.tokens, self.pos)
