@@ -57,10 +57,14 @@ def _weight(w) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 
 if triton is not None:
+    # Rows per program and the width of each load: few rows and wide loads
+    # suit bf16, more rows suit int8 (a row is half the bytes). The autotuner
+    # times each on the real shape with the L2 flushed, and keeps the best.
     _MATVEC_CONFIGS = [
         triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=nw)
-        for bn, bk, nw in [(1, 512, 4), (1, 1024, 8), (2, 512, 4), (2, 1024, 8),
-                           (4, 512, 4), (4, 1024, 8), (8, 512, 4)]
+        for bn in (1, 2, 4, 8) for bk in (512, 1024, 2048, 4096)
+        for nw in ((4,) if bk <= 512 else (4, 8) if bk == 1024 else (8,))
+        if bn * bk <= 16384
     ]
 
     # --8<-- [start:matvec]
@@ -149,11 +153,12 @@ if triton is not None:
         q = tl.load(q_ptr + h * D + d).to(tl.float32)
         rows = (kv * max_len + t[:, None]) * D + d[None, :]
         k = tl.load(k_cache + rows, mask=live[:, None], other=0.0).to(tl.float32)
+        # both loads issued before any arithmetic waits on them
+        v = tl.load(v_cache + rows, mask=live[:, None], other=0.0).to(tl.float32)
         scores = tl.sum(k * q[None, :], axis=1) * scale
         scores = tl.where(live, scores, float("-inf"))
         m = tl.max(scores, axis=0)  # -inf for a split wholly past pos
         p = tl.exp(scores - tl.where(m == float("-inf"), 0.0, m))
-        v = tl.load(v_cache + rows, mask=live[:, None], other=0.0).to(tl.float32)
         out = h * splits + s
         tl.store(m_ptr + out, m)
         tl.store(l_ptr + out, tl.sum(p, axis=0))
@@ -305,6 +310,15 @@ def argmax_next(logits: torch.Tensor, tokens: torch.Tensor, pos: torch.Tensor) -
     _argmax_blocks_kernel[(blocks,)](logits, best, where, n, BLOCK=block)
     _argmax_finish_kernel[(1,)](best, where, blocks, tokens, pos, n,
                                 BLOCKS_P2=triton.next_power_of_2(blocks))
+
+
+def chosen_configs() -> list[str]:
+    """What the autotuner kept for each product it has seen: (N, K, flags) -> blocks."""
+    if triton is None:
+        return []
+    return [f"N={key[0]} K={key[1]} norm={key[2]} swiglu={key[3]} residual={key[4]} int8={key[5]}: "
+            f"BLOCK_N={cfg.kwargs['BLOCK_N']} BLOCK_K={cfg.kwargs['BLOCK_K']} warps={cfg.num_warps}"
+            for key, cfg in _matvec_kernel.cache.items()]
 
 
 # -- the step -----------------------------------------------------------------------------

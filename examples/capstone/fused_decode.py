@@ -54,6 +54,7 @@ def measure(lab) -> None:
         int8 = _fused_rung(run, "int8 book kernels+graph", wq, precision="int8")
         _int8_quality(run, bf16, int8)
         _top_kernels(run, bf16, "book kernels+graph")
+        lab.note("matvec blocks the autotuner kept", fused.chosen_configs())
         if full:
             matvec_table(lab, run.gbs)
     lab.note("model", f"{config.layers} layers, hidden {config.hidden}, FFN {config.ffn}, "
