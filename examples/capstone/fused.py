@@ -350,3 +350,50 @@ class FusedDecoder(Decoder):
     def advance(self) -> None:
         self.logits = fused_logits(self.w, self.tokens, self.pos, self.cache, self.cos, self.sin)
         argmax_next(self.logits, self.tokens, self.pos)
+
+
+# -- command line: the kernels of one token and the bytes each reads ---------------------
+EXAMPLE_ARGV = ["--config", "llama3-8b", "--context", "544"]
+
+
+def kernel_plan(c: Config, context: int, weight_bytes: float = 2.0) -> list[tuple[str, int, float]]:
+    """(kernel, launches per token, bytes read per token) of the fused step."""
+    hd, act = c.head_dim, 2  # activations stay bf16
+    kv_row = c.kv_heads * hd * act
+    per_layer = [
+        ("matvec: RMSNorm + q/k/v", c.qkv_rows * c.hidden * weight_bytes),
+        ("rope_store: rotate q, k; store k, v", c.qkv_rows * act),
+        ("attention, split", 2 * context * kv_row),
+        ("attention, combine", c.heads * hd * 4 * 2),
+        ("matvec: output projection + residual", c.hidden * c.heads * hd * weight_bytes),
+        ("matvec: RMSNorm + gate/up + SiLU", 2 * c.ffn * c.hidden * weight_bytes),
+        ("matvec: down projection + residual", c.hidden * c.ffn * weight_bytes),
+    ]
+    plan = [(name, c.layers, nbytes * c.layers) for name, nbytes in per_layer]
+    return plan + [("embedding row", 1, c.hidden * act),
+                   ("matvec: RMSNorm + output head", 1, c.vocab * c.hidden * weight_bytes),
+                   ("argmax, two stages", 2, c.vocab * act)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from examples.capstone.model import CONFIGS
+    from examples.lab.cli import ArgumentParser, positive
+
+    parser = ArgumentParser(prog="python -m examples.capstone.fused",
+                            description="The fused step's kernels per token and the bytes each reads.")
+    parser.add_argument("--config", choices=sorted(CONFIGS), default="llama3-8b")
+    parser.add_argument("--context", type=positive(int), default=544, help="tokens in the KV cache")
+    parser.add_argument("--int8", action="store_true", help="weights stored as int8 rows")
+    args = parser.parse_args(argv)
+    plan = kernel_plan(CONFIGS[args.config], args.context, 1.0 if args.int8 else 2.0)
+    total = sum(nbytes for _, _, nbytes in plan)
+    for name, launches, nbytes in plan:
+        print(f"{name:40s} {launches:3d}/token {nbytes / 1e6:10.2f} MB  {nbytes / total:6.1%}")
+    print(f"{'total':40s} {sum(n for _, n, _ in plan):3d}/token {total / 1e6:10.2f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
