@@ -1,6 +1,7 @@
 """Chapter 8: the timing helpers of the traps and the profile reader, on the CPU."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from examples.measuring.cpu_bound_trap import host_clock_no_sync, pointwise
@@ -29,3 +30,40 @@ def test_profile_step_without_a_gpu_counts_no_kernels():
     kernels, busy, shares, prof = profile_step(lambda: torch.randn(8) * 2, steps=2)
     assert (kernels, busy, shares) == (0, 0, [])
     assert any("aten::mul" in e.key for e in prof.key_averages())
+
+
+NCU_CSV = '''==PROF== Connected to process 4242
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","4242","python3","h","nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT","1","7","(128, 1, 1)","(64, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","16,000"
+"0","4242","python3","h","nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT","1","7","(128, 1, 1)","(64, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","byte","33,600,000"
+"1","4242","python3","h","_matvec_kernel","1","7","(128, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","12,000"
+"1","4242","python3","h","_matvec_kernel","1","7","(128, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","dram__throughput.avg.pct_of_peak_sustained_elapsed","%","80.5"
+"2","4242","python3","h","nvjet_sm90_tst_128x8_64x12_2x1_v_bz_TNT","1","7","(128, 1, 1)","(224, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","80,000"
+"3","4242","python3","h","_matvec_kernel","1","7","(128, 1, 1)","(28672, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","77,000"
+"3","4242","python3","h","_matvec_kernel","1","7","(128, 1, 1)","(28672, 1, 1)","0","9.0","Command line profiler metrics","not_a_kept_metric","","1"
+==PROF== Disconnected from process 4242
+'''
+
+
+def test_ncu_csv_parses_into_one_row_per_kernel_in_launch_order():
+    from examples.measuring.ncu_capture import by_product, parse
+
+    kernels = parse(NCU_CSV)
+    assert [k["name"][:6] for k in kernels] == ["nvjet_", "_matve", "nvjet_", "_matve"]
+    assert kernels[0]["duration"] == pytest.approx(16.0) and kernels[0]["dram_read"] == pytest.approx(33.6)
+    assert kernels[1]["dram_throughput"] == pytest.approx(80.5) and "not_a_kept_metric" not in kernels[3]
+    rows = by_product(kernels)
+    assert [(shape.split()[0], lib) for shape, lib, _ in rows] == [
+        ("wo", "cuBLAS"), ("wo", "book"), ("w13", "cuBLAS"), ("w13", "book")]
+    with pytest.raises(RuntimeError, match="ncu profiled 2 kernels"):
+        by_product(kernels[:2])
+
+
+def test_ncu_is_told_to_profile_only_the_marked_region_with_caches_flushed():
+    from examples.measuring.ncu_capture import METRICS, ncu_command
+
+    cmd = ncu_command("ncu", "out.csv", ["python3", "-c", "pass"])
+    joined = " ".join(cmd)
+    assert "--profile-from-start off" in joined and "--cache-control all" in joined
+    assert "--clock-control none" in joined and cmd[-3:] == ["python3", "-c", "pass"]
+    assert cmd[cmd.index("--metrics") + 1].split(",") == list(METRICS)

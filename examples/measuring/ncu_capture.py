@@ -1,0 +1,163 @@
+"""One real Nsight Compute capture: why a small matrix-vector product is slow.
+
+Chapter 9's decode step reads 99 % of its bytes in matrix-vector products,
+and their durations say that the 4096 x 4096 matrix streams at a smaller
+fraction of the copy bandwidth than the 28672 x 4096 one. Nsight Compute
+(``ncu``) says why, from the hardware's counters. A child Python process
+makes one weight of each shape and multiplies a vector by it through cuBLAS
+(``F.linear``) and through the book's Triton kernel
+(:func:`examples.capstone.fused.matvec`); profiling is switched on only
+around those four products (``cudaProfilerStart``/``Stop`` with
+``--profile-from-start off``), after the warm-up that autotunes. ``ncu``
+replays each launch with the caches flushed and the clocks left as they are,
+and reports, per kernel, its duration, the bytes it read from DRAM, DRAM
+throughput as a percentage of peak, the achieved occupancy, the grid and the
+registers per thread.
+"""
+from __future__ import annotations
+
+import csv
+import glob
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+REQUIRES_CUDA = True
+
+#: Weight shapes [out, in]: the output projection and the gate/up matrix.
+CAPTURED = {"wo 4096x4096": (4096, 4096), "w13 28672x4096": (28672, 4096)}
+
+# --8<-- [start:metrics]
+#: ncu metric -> (the record's metric, unit, factor from ncu's base unit)
+METRICS = {
+    "gpu__time_duration.sum": ("duration", "us", 1e-3),  # ns
+    "dram__bytes_read.sum": ("dram_read", "MB", 1e-6),  # bytes
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": ("dram_throughput", "%", 1.0),
+    "sm__warps_active.avg.pct_of_peak_sustained_active": ("achieved_occupancy", "%", 1.0),
+    "launch__grid_size": ("grid_size", "", 1.0),
+    "launch__registers_per_thread": ("registers_per_thread", "", 1.0),
+}
+
+
+def ncu_command(ncu: str, csv_path: str, child: list[str]) -> list[str]:
+    return [ncu, "--profile-from-start", "off",  # only between profiler start/stop
+            "--cache-control", "all",  # flush the caches before each replay
+            "--clock-control", "none",  # leave the clocks as the GPU sets them
+            "--metrics", ",".join(METRICS), "--print-units", "base",
+            "--csv", "--log-file", csv_path, *child]
+# --8<-- [end:metrics]
+
+
+CHILD = "from examples.measuring.ncu_capture import profiled_products; profiled_products()"
+
+
+def profiled_products() -> None:
+    """Run under ncu: warm up, then the four products with profiling on."""
+    import torch.nn.functional as F
+
+    from examples.capstone import fused
+
+    torch.manual_seed(0)
+    operands = []
+    for n, k in CAPTURED.values():
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        F.linear(x, w), fused.matvec(x, w)  # cuBLAS's heuristics, Triton's autotuner
+        operands.append((x, w))
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for x, w in operands:
+        F.linear(x, w)
+        fused.matvec(x, w)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
+def parse(text: str) -> list[dict]:
+    """ncu's --csv rows (one per kernel and metric) -> one dict per kernel, in launch order."""
+    lines = [line for line in text.splitlines() if line.startswith('"')]  # drop ==PROF== lines
+    kernels: dict[str, dict] = {}
+    for row in csv.DictReader(lines):
+        metric = row.get("Metric Name")
+        if metric not in METRICS:
+            continue
+        kernel = kernels.setdefault(row["ID"], {"name": row["Kernel Name"]})
+        name, _, factor = METRICS[metric]
+        kernel[name] = float(row["Metric Value"].replace(",", "")) * factor
+    return [kernels[i] for i in sorted(kernels, key=int)]
+
+
+def by_product(kernels: list[dict]) -> list[tuple[str, str, dict]]:
+    """(shape, 'cuBLAS' or 'book', kernel) in the order profiled_products launched them.
+
+    The book's kernel is named ``_matvec_kernel``; whatever ran before it in the
+    same product is cuBLAS's (one kernel here; more would each get a row).
+    """
+    rows, shapes, pending = [], iter(CAPTURED), []
+    for kernel in kernels:
+        if "_matvec_kernel" in kernel["name"]:
+            shape = next(shapes)
+            rows += [(shape, "cuBLAS", k) for k in pending] + [(shape, "book", kernel)]
+            pending = []
+        else:
+            pending.append(kernel)
+    if pending or len(rows) < 2 * len(CAPTURED):
+        raise RuntimeError(f"ncu profiled {len(kernels)} kernels, not one cuBLAS and one book kernel per shape")
+    return rows
+
+
+def find_ncu() -> str:
+    found = shutil.which("ncu") or next(iter(sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"))), None)
+    if not found:
+        raise RuntimeError("Nsight Compute (ncu) is not installed on this machine")
+    return found
+
+
+def measure(lab) -> None:
+    import torch.nn.functional as F
+
+    from examples.capstone import fused
+
+    for shape, (n, k) in CAPTURED.items():  # first: the two kernels compute the product
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+        exact = x.double() @ w.double().T
+        lab.check(f"cuBLAS, {shape}", F.linear(x, w), exact, tolerance=1e-2)
+        lab.check(f"book matvec, {shape}", fused.matvec(x, w), exact, tolerance=1e-2)
+        del w
+    ncu = find_ncu()
+    version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        log = str(Path(tmp, "ncu.csv"))
+        cmd = ncu_command(ncu, log, [sys.executable, "-c", CHILD])
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=480)
+        if done.returncode != 0 or not Path(log).exists():
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            raise RuntimeError(f"ncu exited with {done.returncode}: {' | '.join(tail)}")
+        kernels = parse(Path(log).read_text())
+    method = "Nsight Compute: one launch, replayed, caches flushed, clocks not locked"
+    for shape, library, kernel in by_product(kernels):
+        case = {"shape": shape, "kernel": library}
+        for name, unit, _ in METRICS.values():
+            if name in kernel:
+                lab.keep_samples([kernel[name]], case=case, metric=name, unit=unit, method=method)
+        if "dram_read" in kernel and kernel.get("duration"):
+            lab.keep_samples([kernel["dram_read"] / kernel["duration"] * 1e3], case=case,
+                             metric="dram_bandwidth", unit="GB/s", method=method)
+        lab.note(f"kernel, {library}, {shape}", kernel["name"][:100])
+    lab.note("ncu", f"{version.splitlines()[-1] if version else '?'}; "
+                    + " ".join(Path(a).name if a == ncu else a for a in cmd[:-3]))
+
+
+def main(argv=None) -> int:
+    from examples.lab.cli import run_example
+
+    return run_example(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
