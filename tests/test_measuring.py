@@ -57,6 +57,11 @@ def test_ncu_csv_parses_into_one_row_per_kernel_in_launch_order():
         ("wo", "cuBLAS"), ("wo", "book"), ("w13", "cuBLAS"), ("w13", "book")]
     with pytest.raises(RuntimeError, match="ncu profiled 2 kernels"):
         by_product(kernels[:2])
+    # a split-K product and its reduction are one cuBLAS row: times and bytes added
+    reduce = {"name": "splitKreduce_kernel", "duration": 4.0, "dram_read": 0.1}
+    rows = by_product(kernels[:1] + [reduce] + kernels[1:])
+    assert rows[0][2]["kernels"] == 2 and rows[0][2]["duration"] == pytest.approx(20.0)
+    assert rows[0][2]["dram_read"] == pytest.approx(33.7) and rows[0][2]["name"].startswith("nvjet")
 
 
 def test_ncu_is_told_to_profile_only_the_marked_region_with_caches_flushed():

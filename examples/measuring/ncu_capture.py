@@ -92,22 +92,39 @@ def parse(text: str) -> list[dict]:
 
 
 def by_product(kernels: list[dict]) -> list[tuple[str, str, dict]]:
-    """(shape, 'cuBLAS' or 'book', kernel) in the order profiled_products launched them.
+    """(shape, 'cuBLAS' or 'book', figures) in the order profiled_products launched them.
 
     The book's kernel is named ``_matvec_kernel``; whatever ran before it in the
-    same product is cuBLAS's (one kernel here; more would each get a row).
+    same product is cuBLAS's, which may be two kernels (a split-K product and its
+    reduction): their durations and bytes are added, and the counters that are
+    rates are the longest kernel's.
     """
     rows, shapes, pending = [], iter(CAPTURED), []
     for kernel in kernels:
         if "_matvec_kernel" in kernel["name"]:
-            shape = next(shapes)
-            rows += [(shape, "cuBLAS", k) for k in pending] + [(shape, "book", kernel)]
+            if not pending:
+                break
+            shape = next(shapes, None)
+            if shape is None:
+                break
+            rows += [(shape, "cuBLAS", combined(pending)), (shape, "book", combined([kernel]))]
             pending = []
         else:
             pending.append(kernel)
-    if pending or len(rows) < 2 * len(CAPTURED):
-        raise RuntimeError(f"ncu profiled {len(kernels)} kernels, not one cuBLAS and one book kernel per shape")
+    if pending or len(rows) != 2 * len(CAPTURED):
+        raise RuntimeError(f"ncu profiled {len(kernels)} kernels, not cuBLAS's and then the book's "
+                           f"for each of {len(CAPTURED)} shapes")
     return rows
+
+
+def combined(group: list[dict]) -> dict:
+    """One product's kernels as one row: times and bytes added, rates of the longest."""
+    main = max(group, key=lambda k: k.get("duration", 0.0))
+    row = dict(main, kernels=len(group), name=" + ".join(k["name"][:60] for k in group))
+    for additive in ("duration", "dram_read"):
+        if all(additive in k for k in group):
+            row[additive] = sum(k[additive] for k in group)
+    return row
 
 
 def find_ncu() -> str:
@@ -145,12 +162,13 @@ def measure(lab) -> None:
         for name, unit, _ in METRICS.values():
             if name in kernel:
                 lab.keep_samples([kernel[name]], case=case, metric=name, unit=unit, method=method)
+        lab.keep_samples([kernel["kernels"]], case=case, metric="kernels", unit="", method=method)
         if "dram_read" in kernel and kernel.get("duration"):
             lab.keep_samples([kernel["dram_read"] / kernel["duration"] * 1e3], case=case,
                              metric="dram_bandwidth", unit="GB/s", method=method)
-        lab.note(f"kernel, {library}, {shape}", kernel["name"][:100])
-    lab.note("ncu", f"{version.splitlines()[-1] if version else '?'}; "
-                    + " ".join(Path(a).name if a == ncu else a for a in cmd[:-3]))
+        lab.note(f"kernels, {library}, {shape}", kernel["name"][:130])
+    shown = ["ncu" if a == ncu else "ncu.csv" if a == log else a for a in cmd[:-3]]
+    lab.note("ncu", f"{version.splitlines()[-1] if version else '?'}; {' '.join(shown)}")
 
 
 def main(argv=None) -> int:
