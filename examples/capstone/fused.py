@@ -222,11 +222,11 @@ def matvec(x: torch.Tensor, weight, *, norm: torch.Tensor | None = None, eps: fl
     grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
     kernel = _matvec_kernel if FIXED_BLOCKS is None else _matvec_kernel.fn
     kernel[grid](x, w, scale if scale is not None else dummy,
-                         norm if norm is not None else dummy,
-                         residual if residual is not None else dummy, y, n, k, eps,
-                         NORM=norm is not None, SWIGLU=swiglu,
-                         RESIDUAL=residual is not None, INT8=scale is not None,
-                         **(FIXED_BLOCKS or {}))
+                 norm if norm is not None else dummy,
+                 residual if residual is not None else dummy, y, n, k, eps,
+                 NORM=norm is not None, SWIGLU=swiglu,
+                 RESIDUAL=residual is not None, INT8=scale is not None,
+                 **(FIXED_BLOCKS or {}))
     return y
 
 
