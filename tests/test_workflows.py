@@ -95,7 +95,15 @@ def test_gpu_workflow_has_a_job_per_runner_and_proposes_records():
     labels = [tuple(entry["labels"]) for entry in matrix]
     assert ("self-hosted", "gpu", "h100") in labels and ("self-hosted", "gpu", "h200") in labels
     multi = next(entry for entry in matrix if "multi-gpu" in entry["labels"])
-    assert multi["topics"].split() and all(t.startswith("collectives.") for t in multi["topics"].split())
+    # the multi-GPU job runs exactly the topics that need several GPUs
+    import importlib
+
+    topics = multi["topics"].split()
+    multi_gpu = {f"{path.parent.name}.{path.stem}" for path in (REPO / "examples").glob("*/*.py")
+                 if "MIN_GPUS = " in path.read_text("utf-8")
+                 and getattr(importlib.import_module(f"examples.{path.parent.name}.{path.stem}"),
+                             "MIN_GPUS", 1) >= 2}
+    assert topics and set(topics) == multi_gpu
     text = (WORKFLOWS / "gpu.yml").read_text("utf-8")
     for needed in ("examples.lab run", "examples.lab validate", "docs/records", "peter-evans/create-pull-request@"):
         assert needed in text
