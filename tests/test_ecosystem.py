@@ -67,3 +67,21 @@ def test_cpp_op_is_silu_and_passes_opcheck():
     torch.testing.assert_close(g, g_ref)
     with pytest.raises(RuntimeError, match="float32 only"):
         torch.ops.book_ext.swish(torch.randn(3, dtype=torch.float64))
+
+
+def test_fp8_recipes_are_exact_on_representable_values_and_order_as_the_outliers_say():
+    from examples.ecosystem.fp8_scaling import (
+        RECIPES, activations, amax_of, error_of_the_rest, fp8_round_trip, scale_bytes)
+
+    exact = torch.tensor([[1.0, -2.0, 0.5, 448.0] * 8])  # e4m3 values: no rounding in any recipe
+    for recipe in RECIPES:
+        torch.testing.assert_close(fp8_round_trip(exact, recipe), exact)
+    assert amax_of(torch.ones(2, 64), "block32").shape == (2, 2, 1)
+    with pytest.raises(ValueError, match="unknown recipe"):
+        amax_of(exact, "columnwise")
+    x, outliers = activations(256, 1024, outlier=1e4, where="channels")
+    tensor, row, block = (error_of_the_rest(x, outliers, r) for r in RECIPES)
+    assert block < row < tensor  # channel outliers: only the 32-value blocks escape them
+    x, outliers = activations(256, 1024, outlier=1e4, where="rows")
+    assert error_of_the_rest(x, outliers, "rowwise") < 0.6 * error_of_the_rest(x, outliers, "tensorwise")
+    assert [scale_bytes(256, 1024, r) for r in RECIPES] == [4, 1024, 8192]
