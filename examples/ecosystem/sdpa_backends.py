@@ -93,21 +93,36 @@ def measure(lab) -> None:
                 # --8<-- [end:backends]
                 tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
                 lab.check(f"{label}: {name}", out, expected, tolerance=tol)
-                lab.time(lambda: F.scaled_dot_product_attention(q, k, v, **kw),
-                         case={**case_of, "backend": name}, metric="time",
-                         unit="ms")
+                t = lab.time(lambda: F.scaled_dot_product_attention(q, k, v, **kw),
+                             case={**case_of, "backend": name}, metric="time",
+                             unit="ms")
+                _rate(lab, {**case_of, "backend": name}, t.median, b, h, n, d, mask)
         chosen = dispatched(q, k, v, **kw)
         lab.note(f"{label}: dispatcher chose", chosen)
         if lab.cuda:
             lab.note(f"{label}: kernels of the default call",
                      kernel_names(q, k, v, **kw))
-        lab.time(lambda: F.scaled_dot_product_attention(q, k, v, **kw),
-                 case={**case_of, "backend": f"default ({chosen})"},
-                 metric="time", unit="ms")
+        t = lab.time(lambda: F.scaled_dot_product_attention(q, k, v, **kw),
+                     case={**case_of, "backend": f"default ({chosen})"},
+                     metric="time", unit="ms")
+        _rate(lab, {**case_of, "backend": f"default ({chosen})"}, t.median, b, h, n, d, mask)
     lab.note("torch", torch.__version__)
     order = getattr(torch._C, "_get_sdp_priority_order", None)
     if order is not None:  # the order the dispatcher tries the backends in
         lab.note("priority order", [SDPBackend(int(i)).name for i in order()])
+
+
+# --8<-- [start:rate]
+def attention_flops(b: int, h: int, n: int, d: int, causal: bool) -> float:
+    """Q K^T and P V, 2 n^2 d FLOPs each per head; causal attention needs half
+    (the convention of the FlashAttention papers, which the rate is compared with)."""
+    return 4 * b * h * n * n * d / (2 if causal else 1)
+# --8<-- [end:rate]
+
+
+def _rate(lab, case, ms: float, b, h, n, d, mask) -> None:
+    lab.value(case=case, metric="rate", unit="TFLOP/s",
+              value=attention_flops(b, h, n, d, mask is True) / (ms * 1e-3) / 1e12)
 
 
 def _why(exc: BaseException, caught) -> str:
