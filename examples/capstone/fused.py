@@ -1,4 +1,4 @@
-"""The decode step in the book's own Triton kernels: seven launches per layer.
+"""The decode step in the book's own Triton kernels: six launches per layer.
 
 After ``torch.compile`` and a CUDA graph (Chapter 9's best rung) a token still
 runs about 500 kernels, and the profiler shows where the rest of the time
@@ -7,19 +7,24 @@ the copy bandwidth, the attention over a 576-token cache is three kernels
 and about 12 µs a layer, and a dozen small kernels (norms, rotary
 embedding, SiLU, residual adds) each cost a launch and a tail.
 
-Here each layer is seven kernels, and the small work rides inside the big
+Here each layer is six kernels, and the small work rides inside the big
 reads:
 
-1. :func:`matvec` with ``norm``: RMSNorm folded into the q/k/v product (the
-   sum of squares is taken from the same loads of ``x`` the product uses);
-2. :func:`rope_store`: rotary embedding of q and k, k and v written to the
-   cache at ``pos``;
-3. and 4. :func:`attention`: split-K attention over the cache (each program
+1. :func:`qkv_rope_store`: RMSNorm folded into the q/k/v product (the sum of
+   squares is taken from the same loads of ``x`` the product uses), the
+   rotary embedding applied to q and k before they are rounded, and k and v
+   written straight into the cache at ``pos``;
+2. and 3. :func:`attention`: split-K attention over the cache (each program
    one query head and 64 positions), then the split results combined;
-5. :func:`matvec` with ``residual``: the output projection plus ``x``;
-6. :func:`matvec` with ``norm`` and ``swiglu``: the gate and up rows of a
+4. :func:`matvec` with ``residual``: the output projection plus ``x``;
+5. :func:`matvec` with ``norm`` and ``swiglu``: the gate and up rows of a
    feature read by the same program, ``silu(gate) * up`` written;
-7. :func:`matvec` with ``residual``: the down projection plus ``x``.
+6. :func:`matvec` with ``residual``: the down projection plus ``x``.
+
+On a Hopper GPU every kernel is launched with programmatic dependent launch
+(:data:`PDL`): the next kernel's programs may start while this one drains,
+and a matrix-vector program reads its first strip of weights, which no kernel
+writes, before it waits for the kernel before it.
 
 Every kernel has a PyTorch twin that does the same arithmetic; the twins run
 on the CPU (and in CI), and the tests check the kernels against them in
@@ -27,6 +32,8 @@ Triton's interpreter. Batch 1 only: this is the latency path.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 
 import torch
@@ -46,10 +53,38 @@ SPLIT = 64
 #: BLOCK_N/BLOCK_K for :func:`matvec` instead of autotuning: Triton's CPU
 #: interpreter, which the tests use, has no benchmarker to autotune with.
 FIXED_BLOCKS: dict | None = None
+#: Programmatic dependent launch on GPUs that have it (Hopper, compute
+#: capability 9.0, and later); :func:`pdl` switches it for a block of code.
+PDL = True
 
 
 def _on_gpu(t: torch.Tensor) -> bool:
     return t.is_cuda and triton is not None
+
+
+@functools.lru_cache(maxsize=None)
+def _major(device_index: int) -> int:
+    return torch.cuda.get_device_capability(device_index)[0]
+
+
+def _pdl(t: torch.Tensor) -> bool:
+    return PDL and t.is_cuda and _major(t.get_device()) >= 9
+
+
+def _launch(t: torch.Tensor) -> dict:
+    """The PDL constexpr and the launch option that goes with it."""
+    return {"PDL": True, "launch_pdl": True} if _pdl(t) else {"PDL": False}
+
+
+@contextlib.contextmanager
+def pdl(enabled: bool):
+    """Launch (and capture) the kernels inside the block with PDL on or off."""
+    global PDL
+    saved, PDL = PDL, enabled
+    try:
+        yield
+    finally:
+        PDL = saved
 
 
 def _weight(w) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -68,39 +103,60 @@ if triton is not None:
     ]
 
     # --8<-- [start:matvec]
+    @triton.jit
+    def _stream_rows(x_ptr, g_ptr, w_ptr, rows, rows2, row_ok, K,
+                     NORM: tl.constexpr, PAIRED: tl.constexpr, PDL: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        # W[rows] . x' and W[rows2] . x' (x' = x * g under NORM) and sum(x * x),
+        # reading each weight row once, in strips BLOCK_K wide.
+        kk = tl.arange(0, BLOCK_K)
+        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
+        # The first strip is loaded before waiting for the kernel before this one:
+        # no kernel writes weights, so under PDL this read overlaps that kernel's tail.
+        mask = row_ok[:, None] & (kk[None, :] < K)
+        w = tl.load(w_ptr + rows[:, None] * K + kk[None, :], mask=mask, other=0)
+        w2 = w
+        if PAIRED:
+            w2 = tl.load(w_ptr + rows2[:, None] * K + kk[None, :], mask=mask, other=0)
+        if PDL:
+            tl.extra.cuda.gdc_wait()  # x comes from the kernel before
+            tl.extra.cuda.gdc_launch_dependents()
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + kk
+            x = tl.load(x_ptr + k, mask=k < K, other=0.0).to(tl.float32)
+            if NORM:  # RMSNorm's statistic, from the loads the product needs
+                squares += x * x
+                x = x * tl.load(g_ptr + k, mask=k < K, other=0.0).to(tl.float32)
+            acc += w.to(tl.float32) * x[None, :]
+            if PAIRED:
+                acc2 += w2.to(tl.float32) * x[None, :]
+            nxt = k + BLOCK_K  # the next strip (masked off after the last)
+            mask = row_ok[:, None] & (nxt[None, :] < K)
+            w = tl.load(w_ptr + rows[:, None] * K + nxt[None, :], mask=mask, other=0)
+            if PAIRED:
+                w2 = tl.load(w_ptr + rows2[:, None] * K + nxt[None, :], mask=mask, other=0)
+        return tl.sum(acc, axis=1), tl.sum(acc2, axis=1), tl.sum(squares, axis=0)
+
     @triton.autotune(configs=_MATVEC_CONFIGS,
                      key=["N", "K", "NORM", "SWIGLU", "RESIDUAL", "INT8"])
     @triton.jit
     def _matvec_kernel(x_ptr, w_ptr, scale_ptr, g_ptr, r_ptr, y_ptr, N, K,
                        eps, NORM: tl.constexpr, SWIGLU: tl.constexpr,
-                       RESIDUAL: tl.constexpr, INT8: tl.constexpr,
+                       RESIDUAL: tl.constexpr, INT8: tl.constexpr, PDL: tl.constexpr,
                        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
         # y[n] = W[n] . (norm(x) * g)  (+ r[n]); BLOCK_N rows per program.
         n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-        up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-        squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            k = k0 + tl.arange(0, BLOCK_K)
-            x = tl.load(x_ptr + k, mask=k < K, other=0.0).to(tl.float32)
-            if NORM:  # RMSNorm's statistic, from the loads the product needs
-                squares += x * x
-                x = x * tl.load(g_ptr + k, mask=k < K, other=0.0).to(tl.float32)
-            mask = (n[:, None] < N) & (k[None, :] < K)
-            w = tl.load(w_ptr + n[:, None] * K + k[None, :], mask=mask, other=0)
-            acc += w.to(tl.float32) * x[None, :]
-            if SWIGLU:  # the up row of the same feature sits N rows below
-                u = tl.load(w_ptr + (n[:, None] + N) * K + k[None, :],
-                            mask=mask, other=0)
-                up += u.to(tl.float32) * x[None, :]
-        y = tl.sum(acc, axis=1)
+        # under SWIGLU the up row of feature n sits N rows below its gate row
+        y, u, squares = _stream_rows(x_ptr, g_ptr, w_ptr, n, n + N, n < N, K,
+                                     NORM, SWIGLU, PDL, BLOCK_N, BLOCK_K)
         if NORM:
-            inv_rms = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
+            inv_rms = 1.0 / tl.sqrt(squares / K + eps)
             y = y * inv_rms
         if INT8:  # per-row scales: applied once, after the sum
             y = y * tl.load(scale_ptr + n, mask=n < N, other=0.0).to(tl.float32)
         if SWIGLU:
-            u = tl.sum(up, axis=1)
             if NORM:
                 u = u * inv_rms
             if INT8:
@@ -112,37 +168,55 @@ if triton is not None:
         tl.store(y_ptr + n, y.to(y_ptr.dtype.element_ty), mask=n < N)
     # --8<-- [end:matvec]
 
+    # --8<-- [start:qkv]
+    @triton.autotune(configs=_MATVEC_CONFIGS, key=["PAIRS", "K", "INT8"])
     @triton.jit
-    def _rope_store_kernel(qkv_ptr, cos_ptr, sin_ptr, pos_ptr, q_ptr, k_cache,
-                           v_cache, max_len, HEADS: tl.constexpr,
-                           KV_HEADS: tl.constexpr, D: tl.constexpr):
-        # Program h < HEADS rotates query head h; the next KV_HEADS programs
-        # rotate key head h - HEADS and store it and its value head at pos.
-        h = tl.program_id(0)
-        half = tl.arange(0, D // 2)
+    def _qkv_rope_kernel(x_ptr, w_ptr, scale_ptr, g_ptr, cos_ptr, sin_ptr, pos_ptr,
+                         q_ptr, k_cache, v_cache, PAIRS, K, max_len, eps,
+                         HEADS: tl.constexpr, KV_HEADS: tl.constexpr,
+                         HALF: tl.constexpr, INT8: tl.constexpr, PDL: tl.constexpr,
+                         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        # Rotary embedding turns the pair (i, i + HALF) of a head, so each program
+        # reads both rows of BLOCK_N pairs and rotates them before they are rounded.
+        p = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        ok = p < PAIRS
+        head, i = p // HALF, p % HALF
+        rows = head * (2 * HALF) + i
+        y1, y2, squares = _stream_rows(x_ptr, g_ptr, w_ptr, rows, rows + HALF, ok, K,
+                                       True, True, PDL, BLOCK_N, BLOCK_K)
+        inv_rms = 1.0 / tl.sqrt(squares / K + eps)
+        y1, y2 = y1 * inv_rms, y2 * inv_rms
+        if INT8:
+            y1 = y1 * tl.load(scale_ptr + rows, mask=ok, other=0.0).to(tl.float32)
+            y2 = y2 * tl.load(scale_ptr + rows + HALF, mask=ok, other=0.0).to(tl.float32)
         pos = tl.load(pos_ptr)
-        cos = tl.load(cos_ptr + pos * (D // 2) + half)
-        sin = tl.load(sin_ptr + pos * (D // 2) + half)
-        x1 = tl.load(qkv_ptr + h * D + half).to(tl.float32)
-        x2 = tl.load(qkv_ptr + h * D + D // 2 + half).to(tl.float32)
-        r1, r2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
-        if h < HEADS:
-            tl.store(q_ptr + h * D + half, r1.to(q_ptr.dtype.element_ty))
-            tl.store(q_ptr + h * D + D // 2 + half, r2.to(q_ptr.dtype.element_ty))
-        else:
-            kv = h - HEADS
-            slot = (kv * max_len + pos) * D
-            tl.store(k_cache + slot + half, r1.to(k_cache.dtype.element_ty))
-            tl.store(k_cache + slot + D // 2 + half, r2.to(k_cache.dtype.element_ty))
-            d = tl.arange(0, D)
-            v = tl.load(qkv_ptr + (HEADS + KV_HEADS + kv) * D + d)
-            tl.store(v_cache + slot + d, v)
+        cos = tl.load(cos_ptr + pos * HALF + i, mask=ok, other=1.0)
+        sin = tl.load(sin_ptr + pos * HALF + i, mask=ok, other=0.0)
+        turn = head < HEADS + KV_HEADS  # q and k heads turn, v heads do not
+        r1 = tl.where(turn, y1 * cos - y2 * sin, y1)
+        r2 = tl.where(turn, y2 * cos + y1 * sin, y2)
+        # q to its buffer; k and v straight into the cache at pos
+        is_q = ok & (head < HEADS)
+        tl.store(q_ptr + rows, r1.to(q_ptr.dtype.element_ty), mask=is_q)
+        tl.store(q_ptr + rows + HALF, r2.to(q_ptr.dtype.element_ty), mask=is_q)
+        kv = tl.where(head < HEADS + KV_HEADS, head - HEADS, head - HEADS - KV_HEADS)
+        slot = (kv * max_len + pos) * (2 * HALF) + i
+        is_k = ok & (head >= HEADS) & turn
+        is_v = ok & (head >= HEADS + KV_HEADS)
+        tl.store(k_cache + slot, r1.to(k_cache.dtype.element_ty), mask=is_k)
+        tl.store(k_cache + slot + HALF, r2.to(k_cache.dtype.element_ty), mask=is_k)
+        tl.store(v_cache + slot, r1.to(v_cache.dtype.element_ty), mask=is_v)
+        tl.store(v_cache + slot + HALF, r2.to(v_cache.dtype.element_ty), mask=is_v)
+    # --8<-- [end:qkv]
 
     @triton.jit
     def _attention_split_kernel(q_ptr, k_cache, v_cache, pos_ptr, m_ptr, l_ptr,
                                 o_ptr, max_len, scale, GROUP: tl.constexpr,
-                                D: tl.constexpr, SPLIT: tl.constexpr):
+                                D: tl.constexpr, SPLIT: tl.constexpr, PDL: tl.constexpr):
         # Program (h, s): query head h against positions s*SPLIT .. +SPLIT.
+        if PDL:  # q and the cache at pos come from the kernel before
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
         h, s = tl.program_id(0), tl.program_id(1)
         splits = tl.num_programs(1)
         kv = h // GROUP
@@ -166,8 +240,12 @@ if triton is not None:
 
     @triton.jit
     def _attention_combine_kernel(m_ptr, l_ptr, o_ptr, y_ptr, splits,
-                                  D: tl.constexpr, SPLITS_P2: tl.constexpr):
+                                  D: tl.constexpr, SPLITS_P2: tl.constexpr,
+                                  PDL: tl.constexpr):
         # Rescale each split's sums to the largest maximum, add, normalize.
+        if PDL:
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
         h = tl.program_id(0)
         s = tl.arange(0, SPLITS_P2)
         d = tl.arange(0, D)
@@ -182,7 +260,11 @@ if triton is not None:
         tl.store(y_ptr + h * D + d, y.to(y_ptr.dtype.element_ty))
 
     @triton.jit
-    def _argmax_blocks_kernel(x_ptr, best_ptr, where_ptr, N, BLOCK: tl.constexpr):
+    def _argmax_blocks_kernel(x_ptr, best_ptr, where_ptr, N, BLOCK: tl.constexpr,
+                              PDL: tl.constexpr):
+        if PDL:
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
         i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         x = tl.load(x_ptr + i, mask=i < N, other=float("-inf")).to(tl.float32)
         top = tl.max(x, axis=0)
@@ -193,8 +275,10 @@ if triton is not None:
 
     @triton.jit
     def _argmax_finish_kernel(best_ptr, where_ptr, blocks, token_ptr, pos_ptr,
-                              N, BLOCKS_P2: tl.constexpr):
+                              N, BLOCKS_P2: tl.constexpr, PDL: tl.constexpr):
         # The winning block's index becomes the next token; pos moves on.
+        if PDL:
+            tl.extra.cuda.gdc_wait()
         b = tl.arange(0, BLOCKS_P2)
         best = tl.load(best_ptr + b, mask=b < blocks, other=float("-inf"))
         where = tl.load(where_ptr + b, mask=b < blocks, other=N)
@@ -226,11 +310,11 @@ def matvec(x: torch.Tensor, weight, *, norm: torch.Tensor | None = None, eps: fl
                  residual if residual is not None else dummy, y, n, k, eps,
                  NORM=norm is not None, SWIGLU=swiglu,
                  RESIDUAL=residual is not None, INT8=scale is not None,
-                 **(FIXED_BLOCKS or {}))
+                 **_launch(x), **(FIXED_BLOCKS or {}))
     return y
 
 
-def _matvec_reference(x, weight, norm, eps, swiglu, residual):
+def _matvec_reference(x, weight, norm, eps, swiglu, residual, out_dtype=None):
     x32 = x.float()
     if norm is not None:
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * norm.float()
@@ -243,29 +327,37 @@ def _matvec_reference(x, weight, norm, eps, swiglu, residual):
         y = F.silu(gate) * up
     if residual is not None:
         y = y + residual.float()
-    return y.to(x.dtype)
+    return y.to(out_dtype or x.dtype)
 
 
-def rope_store(qkv, cos, sin, pos, keys, values, config: Config) -> torch.Tensor:
-    """Rotate q and k at ``pos``; write k and v into the cache; return q [heads, D]."""
+def qkv_rope_store(x, weight, norm, eps, cos, sin, pos, keys, values,
+                   config: Config) -> torch.Tensor:
+    """q/k/v of RMSNorm(x); q and k rotated at ``pos``; k and v written into the
+    cache; returns q [heads, D]."""
     c, hd = config, config.head_dim
-    if not _on_gpu(qkv):
-        return _rope_store_reference(qkv, cos, sin, pos, keys, values, c)
-    q = torch.empty(c.heads, hd, device=qkv.device, dtype=qkv.dtype)
-    _rope_store_kernel[(c.heads + c.kv_heads,)](
-        qkv, cos, sin, pos, q, keys, values, keys.shape[2],
-        HEADS=c.heads, KV_HEADS=c.kv_heads, D=hd)
+    if not _on_gpu(x):
+        return _qkv_rope_reference(x, weight, norm, eps, cos, sin, pos, keys, values, c)
+    w, scale = _weight(weight)
+    q = torch.empty(c.heads, hd, device=x.device, dtype=x.dtype)
+    pairs = w.shape[0] // 2
+    grid = lambda meta: (triton.cdiv(pairs, meta["BLOCK_N"]),)  # noqa: E731
+    kernel = _qkv_rope_kernel if FIXED_BLOCKS is None else _qkv_rope_kernel.fn
+    kernel[grid](x, w, scale if scale is not None else x, norm, cos, sin, pos, q, keys,
+                 values, pairs, x.shape[-1], keys.shape[2], eps, HEADS=c.heads,
+                 KV_HEADS=c.kv_heads, HALF=hd // 2, INT8=scale is not None,
+                 **_launch(x), **(FIXED_BLOCKS or {}))
     return q
 
 
-def _rope_store_reference(qkv, cos, sin, pos, keys, values, c: Config):
+def _qkv_rope_reference(x, weight, norm, eps, cos, sin, pos, keys, values, c: Config):
     hd = c.head_dim
-    heads = qkv.view(c.heads + 2 * c.kv_heads, hd).float()
+    qkv = _matvec_reference(x, weight, norm, eps, False, None, torch.float32)
+    heads = qkv.view(c.heads + 2 * c.kv_heads, hd)  # rotated before rounding, as the kernel
     x1, x2 = heads[: c.heads + c.kv_heads].chunk(2, dim=-1)
     cs, sn = cos[pos], sin[pos]  # [1, D/2]
-    rotated = torch.cat((x1 * cs - x2 * sn, x2 * cs + x1 * sn), dim=-1).to(qkv.dtype)
+    rotated = torch.cat((x1 * cs - x2 * sn, x2 * cs + x1 * sn), dim=-1).to(x.dtype)
     keys[0, :, pos] = rotated[c.heads:].unsqueeze(1)
-    values[0, :, pos] = heads[c.heads + c.kv_heads:].to(qkv.dtype).unsqueeze(1)
+    values[0, :, pos] = heads[c.heads + c.kv_heads:].to(x.dtype).unsqueeze(1)
     return rotated[: c.heads]
 
 
@@ -281,10 +373,11 @@ def attention(q, keys, values, pos, config: Config) -> torch.Tensor:
     o = torch.empty(c.heads, splits, hd, device=q.device, dtype=torch.float32)
     _attention_split_kernel[(c.heads, splits)](
         q, keys, values, pos, m, l, o, max_len, 1.0 / math.sqrt(hd),
-        GROUP=c.heads // c.kv_heads, D=hd, SPLIT=SPLIT)
+        GROUP=c.heads // c.kv_heads, D=hd, SPLIT=SPLIT, **_launch(q))
     y = torch.empty(1, c.heads * hd, device=q.device, dtype=q.dtype)
     _attention_combine_kernel[(c.heads,)](m, l, o, y, splits, D=hd,
-                                          SPLITS_P2=triton.next_power_of_2(splits))
+                                          SPLITS_P2=triton.next_power_of_2(splits),
+                                          **_launch(q))
     return y
 
 
@@ -307,26 +400,29 @@ def argmax_next(logits: torch.Tensor, tokens: torch.Tensor, pos: torch.Tensor) -
     blocks = triton.cdiv(n, block)
     best = torch.empty(blocks, device=logits.device, dtype=torch.float32)
     where = torch.empty(blocks, device=logits.device, dtype=torch.int64)
-    _argmax_blocks_kernel[(blocks,)](logits, best, where, n, BLOCK=block)
+    _argmax_blocks_kernel[(blocks,)](logits, best, where, n, BLOCK=block, **_launch(logits))
     _argmax_finish_kernel[(1,)](best, where, blocks, tokens, pos, n,
-                                BLOCKS_P2=triton.next_power_of_2(blocks))
+                                BLOCKS_P2=triton.next_power_of_2(blocks), **_launch(logits))
 
 
 def chosen_configs() -> list[str]:
     """What the autotuner kept for each product it has seen: (N, K, flags) -> blocks."""
     if triton is None:
         return []
-    return [f"N={key[0]} K={key[1]} norm={key[2]} swiglu={key[3]} residual={key[4]} int8={key[5]}: "
-            f"BLOCK_N={cfg.kwargs['BLOCK_N']} BLOCK_K={cfg.kwargs['BLOCK_K']} warps={cfg.num_warps}"
-            for key, cfg in _matvec_kernel.cache.items()]
+    def blocks(cfg):
+        return f"BLOCK_N={cfg.kwargs['BLOCK_N']} BLOCK_K={cfg.kwargs['BLOCK_K']} warps={cfg.num_warps}"
+    return ([f"q/k/v + rotary: pairs={key[0]} K={key[1]} int8={key[2]}: {blocks(cfg)}"
+             for key, cfg in _qkv_rope_kernel.cache.items()]
+            + [f"N={key[0]} K={key[1]} norm={key[2]} swiglu={key[3]} residual={key[4]} "
+               f"int8={key[5]}: {blocks(cfg)}" for key, cfg in _matvec_kernel.cache.items()])
 
 
 # -- the step -----------------------------------------------------------------------------
 # --8<-- [start:layer]
 def fused_layer(x, layer: Layer, keys, values, pos, cos, sin, c: Config):
-    """One layer, seven kernels, for one token; x [1, hidden]."""
-    qkv = matvec(x, layer.wqkv, norm=layer.attn_norm, eps=c.norm_eps)
-    q = rope_store(qkv, cos, sin, pos, keys, values, c)
+    """One layer, six kernels, for one token; x [1, hidden]."""
+    q = qkv_rope_store(x, layer.wqkv, layer.attn_norm, c.norm_eps, cos, sin, pos,
+                       keys, values, c)
     attn = attention(q, keys, values, pos, c)  # two kernels
     x = matvec(attn, layer.wo, residual=x)
     ffn = matvec(x, layer.w13, norm=layer.ffn_norm, eps=c.norm_eps, swiglu=True)
@@ -361,8 +457,7 @@ def kernel_plan(c: Config, context: int, weight_bytes: float = 2.0) -> list[tupl
     hd, act = c.head_dim, 2  # activations stay bf16
     kv_row = c.kv_heads * hd * act
     per_layer = [
-        ("matvec: RMSNorm + q/k/v", c.qkv_rows * c.hidden * weight_bytes),
-        ("rope_store: rotate q, k; store k, v", c.qkv_rows * act),
+        ("matvec: RMSNorm + q/k/v + rotary, k/v stored", c.qkv_rows * c.hidden * weight_bytes),
         ("attention, split", 2 * context * kv_row),
         ("attention, combine", c.heads * hd * 4 * 2),
         ("matvec: output projection + residual", c.hidden * c.heads * hd * weight_bytes),

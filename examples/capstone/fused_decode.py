@@ -10,13 +10,16 @@ captured as CUDA graphs, at batch 1:
 * ``max-autotune+graph``: the same with ``mode="max-autotune-no-cudagraphs"``
   and Inductor's coordinate-descent tuning, which lets Inductor write its own
   matrix-vector kernels and fold RMSNorm into them;
-* ``book kernels+graph``: :mod:`examples.capstone.fused`, seven kernels of the
-  book's own per layer;
+* ``book kernels+graph``: :mod:`examples.capstone.fused`, six kernels of the
+  book's own per layer, launched with programmatic dependent launch (PDL) on
+  a GPU that has it;
+* ``book kernels+graph, no PDL``: the same kernels, each waiting for the one
+  before to finish before it starts (the effect of PDL alone);
 * ``int8 book kernels+graph``: the same kernels reading int8 rows.
 
-Then each weight shape alone: cuBLAS's kernel against the book's, in the
-fraction of the copy bandwidth its stream of weights reaches. On the CPU the
-tiny configuration runs the fused step's PyTorch twin.
+Then each weight shape alone: cuBLAS's kernel against the book's, with and
+without PDL, in the fraction of the copy bandwidth its stream of weights
+reaches. On the CPU the tiny configuration runs the fused step's PyTorch twin.
 """
 from __future__ import annotations
 
@@ -50,6 +53,8 @@ def measure(lab) -> None:
     # On the CPU the same step runs as its PyTorch twin: no kernels, no graph.
     bf16 = _fused_rung(run, "book kernels+graph" if lab.cuda else "fused step (PyTorch twin)", run.w)
     if lab.cuda:
+        with fused.pdl(False):
+            _fused_rung(run, "book kernels+graph, no PDL", run.w)
         wq = quantized(run.w)
         int8 = _fused_rung(run, "int8 book kernels+graph", wq, precision="int8")
         _int8_quality(run, bf16, int8)
@@ -135,16 +140,19 @@ def _top_kernels(run: _Run, dec: FusedDecoder, rung: str, tokens: int = 8) -> No
 
 # --8<-- [start:matvec_table]
 def matvec_table(lab, copy_gbs: float, total_bytes: float = 2e9) -> None:
-    """Each weight shape alone: cuBLAS and the book's kernel, as a graph of
-    back-to-back products over enough copies of the weight to miss the L2."""
+    """Each weight shape alone: cuBLAS and the book's kernel (with and without
+    PDL), as a graph of back-to-back products over enough copies of the weight
+    to miss the L2."""
     for name, (n, k) in SHAPES.items():
         copies = max(1, int(total_bytes // (n * k * 2)))
         weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
         x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
         lab.check(f"book matvec, {name}", fused.matvec(x, weights[0]),
                   x.double() @ weights[0].double().T, tolerance=1e-2)
-        for kernel, fn in (("cuBLAS", F.linear), ("book", fused.matvec)):
-            replay = _graphed([lambda w=w: fn(x, w) for w in weights])
+        for kernel, fn, pdl in (("cuBLAS", F.linear, False), ("book, no PDL", fused.matvec, False),
+                                ("book", fused.matvec, True)):
+            with fused.pdl(pdl):
+                replay = _graphed([lambda w=w: fn(x, w) for w in weights])
             case = {"part": "matvec", "shape": name, "kernel": kernel}
             t = lab.time(replay, case=case, metric="time", unit="us", warmup=3, repetitions=20)
             lab.value(case=case, metric="per_call", unit="us", value=t.median / copies)
