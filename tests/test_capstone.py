@@ -222,6 +222,18 @@ for step in range(3):  # the whole step: logits, the cache written, the next tok
     fused.argmax_next(got, tokens, moved)
     assert tokens.item() == got.argmax(-1).item() and moved.item() == pos.item() + 1
     first = tokens
+for weight in (w.layers[0].wqkv, quantize(w.layers[0].wqkv)):  # q/k/v + rotary, bf16 and int8 rows
+    x0, here = torch.randn(1, c.hidden), torch.tensor([7])
+    caches = [[t.clone() for t in (cache.keys[0], cache.values[0])] for _ in range(2)]
+    out = []
+    for on_gpu, (keys, values) in zip((kernels, twins), caches):
+        fused._on_gpu = on_gpu
+        out.append(fused.qkv_rope_store(x0, weight, w.layers[0].attn_norm, 1e-5, cos, sin, here,
+                                        keys, values, c))
+    torch.testing.assert_close(out[0], out[1], rtol=1e-4, atol=1e-4)
+    for a, b in zip(*caches):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert not torch.equal(caches[0][0][0, :, 7], cache.keys[0][0, :, 7])  # k was written at pos
 print("ok")
 """
 
@@ -243,3 +255,18 @@ def test_the_fused_plan_launches_196_kernels_and_reads_the_token_s_bytes():
     weights_and_cache = sol.weight_count(LLAMA3_8B) * 2 + sol.kv_bytes_per_token(LLAMA3_8B) * 544
     total = sum(nbytes for _, _, nbytes in plan)
     assert weights_and_cache <= total <= weights_and_cache * 1.001  # plus activations only
+
+
+def test_pdl_is_off_on_the_cpu_and_the_switch_restores_the_setting():
+    from examples.capstone import fused
+
+    cpu = torch.zeros(1)
+    assert fused._launch(cpu) == {"PDL": False}  # no launch option a CPU kernel would reject
+    assert fused.PDL is True
+    with fused.pdl(False):
+        assert fused.PDL is False
+        with pytest.raises(RuntimeError):
+            with fused.pdl(True):
+                raise RuntimeError("a failing capture")
+        assert fused.PDL is False
+    assert fused.PDL is True
