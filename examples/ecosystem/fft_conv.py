@@ -19,6 +19,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from examples.lab.kernels import kernel_names
+
 
 # --8<-- [start:fft_conv]
 def fft_conv2d(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -58,20 +60,6 @@ def batched_vs_loop(lab, signals: int, length: int) -> None:
     lab.value(case={"part": "batched FFT", "fft": "one by one",
                     "signals": signals, "length": length},
               metric="slowdown", unit="x", value=t["one by one"] / t["batched"])
-
-
-def kernels(fn) -> list[str] | str:
-    """The GPU kernels one call of fn launched, as the profiler names them."""
-    try:
-        from torch.profiler import ProfilerActivity, profile
-
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        return sorted({e.key[:100] for e in prof.key_averages()
-                       if str(e.device_type).endswith("CUDA")})
-    except Exception as exc:  # the profiler is an observation, not a check
-        return f"profiler failed: {type(exc).__name__}: {exc}"[:200]
 
 
 def in_fresh_thread(lab, fn):
@@ -140,7 +128,7 @@ def conv_sweep(lab, n, c, size, kernels_k, tf32: bool, reps) -> None:
                                    repetitions=reps).median
             if lab.cuda and k in NOTED_FILTERS:
                 lab.note(f"kernels, {name}, {k}x{k}, TF32 {mode}",
-                         kernels(fn))
+                         kernel_names(fn))
             cudnn.benchmark = False
 
         # Each cuDNN mode in its own thread: a fresh plan cache for each.

@@ -16,6 +16,8 @@ import sys
 
 import torch
 
+from examples.lab.kernels import kernel_names
+
 E4M3 = torch.float8_e4m3fn
 
 
@@ -83,24 +85,10 @@ def measure_size(lab, n: int) -> None:
                   value=flops / (t8 / 1e3) / 1e12)
         lab.value(case=case, metric="speedup", unit="x", value=t16 / t8)
         if lab.cuda and n == max(sizes(lab)):
-            lab.note(f"kernels, fp8 fast_accum {fast}, n={n}", kernels(
+            lab.note(f"kernels, fp8 fast_accum {fast}, n={n}", kernel_names(
                 lambda: fp8_matmul(a8, sa, b8, sb, fast_accum=on)))
     if lab.cuda and n == max(sizes(lab)):
-        lab.note(f"kernels, bf16, n={n}", kernels(lambda: a16 @ b16))
-
-
-def kernels(fn) -> list[str] | str:
-    """The GPU kernels one call of fn launched, as the profiler names them."""
-    try:
-        from torch.profiler import ProfilerActivity, profile
-
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        return sorted({e.key[:120] for e in prof.key_averages()
-                       if str(e.device_type).endswith("CUDA")})
-    except Exception as exc:  # the profiler is an observation, not a check
-        return f"profiler failed: {type(exc).__name__}: {exc}"[:200]
+        lab.note(f"kernels, bf16, n={n}", kernel_names(lambda: a16 @ b16))
 
 
 def sizes(lab) -> tuple[int, ...]:

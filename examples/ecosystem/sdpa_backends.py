@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from examples.lab.kernels import kernel_names
+
 BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,
     "memory-efficient": SDPBackend.EFFICIENT_ATTENTION,
@@ -45,16 +47,6 @@ def dispatched(q, k, v, **kw) -> str:
         if any(key in names for key in keys):
             return backend
     return "math"
-
-
-def kernel_names(q, k, v, **kw) -> list[str]:
-    """The GPU kernels one unforced call ran, as the profiler names them."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        F.scaled_dot_product_attention(q, k, v, **kw)
-    return sorted({e.key[:120] for e in prof.key_averages()
-                   if str(e.device_type).endswith("CUDA")})
 
 
 def measure(lab) -> None:
@@ -101,7 +93,7 @@ def measure(lab) -> None:
         lab.note(f"{label}: dispatcher chose", chosen)
         if lab.cuda:
             lab.note(f"{label}: kernels of the default call",
-                     kernel_names(q, k, v, **kw))
+                     kernel_names(lambda: F.scaled_dot_product_attention(q, k, v, **kw)))
         t = lab.time(lambda: F.scaled_dot_product_attention(q, k, v, **kw),
                      case={**case_of, "backend": f"default ({chosen})"},
                      metric="time", unit="ms")

@@ -17,6 +17,8 @@ import warnings
 
 import torch
 
+from examples.lab.kernels import kernel_names
+
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support")
 
 SPARSITIES = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999)
@@ -96,20 +98,6 @@ def _dense_baselines(lab, a, b, expected, base, reps) -> dict[str, float]:
     return times
 
 
-def kernels(fn) -> list[str] | str:
-    """The GPU kernels one call of fn launched, as the profiler names them."""
-    try:
-        from torch.profiler import ProfilerActivity, profile
-
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        return sorted({e.key[:120] for e in prof.key_averages()
-                       if str(e.device_type).endswith("CUDA")})
-    except Exception as exc:  # the profiler is an observation, not a check
-        return f"profiler failed: {type(exc).__name__}: {exc}"[:200]
-
-
 # --8<-- [start:two_four]
 def two_four(a: torch.Tensor) -> torch.Tensor:
     """Keep the two largest of every four entries in a row (2:4 pattern)."""
@@ -138,8 +126,8 @@ def semi_structured_speedup(lab, n: int, k: int) -> None:
               value=dense / sparse)
     lab.note("2:4 kernels", type(a_24).__name__)
     # Which kernels one product launched: the sparse GEMM and any copies.
-    lab.note(f"2:4 kernels, {n}x{n} @ {n}x{k}", kernels(lambda: a_24 @ b))
-    lab.note(f"dense bf16 kernels, {n}x{n} @ {n}x{k}", kernels(lambda: a @ b))
+    lab.note(f"2:4 kernels, {n}x{n} @ {n}x{k}", kernel_names(lambda: a_24 @ b))
+    lab.note(f"dense bf16 kernels, {n}x{n} @ {n}x{k}", kernel_names(lambda: a @ b))
 
 
 #: (n, k) of the 2:4 products: A is n x n, B is n x k.
