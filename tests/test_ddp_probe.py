@@ -12,11 +12,26 @@ import torch
 from examples.collectives import ddp_probe as probe
 
 
-def test_record_on_gloo():
+def _measure_on_gloo():
+    """The CPU record. A gloo rank can abort at interpreter exit ("terminate called
+    without an active exception") when a worker thread outlives finalization, a
+    teardown crash of torch.distributed (pytorch/pytorch#179291 describes it), seen
+    once in CI under load; one retry of that crash only, never of a failed check."""
+    from torch.multiprocessing.spawn import ProcessExitedException
+
     from examples.lab.harness import run_measurement
 
-    record = run_measurement(probe, device=torch.device("cpu"), quick=True,
-                             command="pytest")
+    for attempt in (1, 2):
+        try:
+            return run_measurement(probe, device=torch.device("cpu"), quick=True,
+                                   command="pytest")
+        except ProcessExitedException as exc:
+            if attempt == 2 or exc.signal_name != "SIGABRT":
+                raise
+
+
+def test_record_on_gloo():
+    record = _measure_on_gloo()
     assert record.checks and all(c.passed for c in record.checks)
     names = " | ".join(c.name for c in record.checks)
     assert "DDP gradients, rank 1 vs rank 0" in names
