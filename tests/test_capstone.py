@@ -1,11 +1,6 @@
 """Chapter 9's model on the CPU: the steps agree, int8 is int8, the TP split is exact."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -16,8 +11,6 @@ from examples.capstone.model import (
     TINY, Config, Decoder, StaticCache, naive_cache_from, naive_generate, naive_step, prefill,
     random_weights, rope_tables)
 from examples.capstone.tensor_parallel import shard
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +76,7 @@ def test_int8_linear_is_the_dequantized_product():
     torch.testing.assert_close(int8_linear(x, q), x @ (q.q.float() * q.scale[:, None]).T, rtol=1e-5, atol=1e-5)
 
 
-def test_the_triton_kernel_in_the_interpreter_matches_the_reference():
+def test_the_triton_kernel_in_the_interpreter_matches_the_reference(cli):
     pytest.importorskip("triton")
     code = (
         "import torch\n"
@@ -94,10 +87,8 @@ def test_the_triton_kernel_in_the_interpreter_matches_the_reference():
         "got = int8_gemv(x, q.q, q.scale, {'BLOCK_N': 16, 'BLOCK_K': 64})\n"
         "torch.testing.assert_close(got, reference_int8_linear(x, q.q, q.scale), rtol=1e-4, atol=1e-4)\n"
         "print('ok')\n")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+    proc = cli.run("-c", code, env=cli.cpu_env(TRITON_INTERPRET="1"), timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", cli.explain(proc)
 
 
 def test_int8_model_halves_the_bytes_and_stays_close(tiny):
@@ -238,12 +229,10 @@ print("ok")
 """
 
 
-def test_the_fused_kernels_in_the_interpreter_match_their_twins():
+def test_the_fused_kernels_in_the_interpreter_match_their_twins(cli):
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", FUSED_KERNELS_SCRIPT], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+    proc = cli.run("-c", FUSED_KERNELS_SCRIPT, env=cli.cpu_env(TRITON_INTERPRET="1"), timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", cli.explain(proc)
 
 
 def test_the_fused_plan_launches_196_kernels_and_reads_the_token_s_bytes():

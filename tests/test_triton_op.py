@@ -3,15 +3,8 @@ Triton's interpreter (compiling them needs a GPU: fake tensors have no data
 for the interpreter to read)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_cpu_record_has_the_twin_only():
@@ -108,9 +101,7 @@ print("ok")
 """
 
 
-def test_both_registrations_in_the_interpreter_match_the_twin():
+def test_both_registrations_in_the_interpreter_match_the_twin(cli):
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "-c", INTERPRETER_SCRIPT], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+    proc = cli.run("-c", INTERPRETER_SCRIPT, env=cli.cpu_env(TRITON_INTERPRET="1"), timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", cli.explain(proc)
