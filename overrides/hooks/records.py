@@ -10,6 +10,7 @@ roots of ``extra.lab.record_roots`` (and the folders named in the environment va
     <!-- lab:value TOPIC METRIC [machine=SLUG] [stat=median|iqr|q1|q3|n|sm_mhz|mem_mhz|power_w] [spread=range] [key=value ...] -->
     <!-- lab:claim TOPIC METRIC OP BOUND [key=value ...] -->     (OP: >= > <= <)
     <!-- lab:notes TOPIC [keys=a,b] -->                           (what an example observed)
+    <!-- lab:timeline TOPIC note=KEY [title="..."] -->            (a profiler timeline in a note: timeline.py)
     <!-- lab:calculator NAME [machine=SLUG] -->                   (a live model; lab_site/calculators.py)
     <!-- lab:generated NAME -->                                   (machines, records, claims, glossary: generated.py)
 
@@ -56,6 +57,7 @@ from lab_site import generated  # noqa: E402
 from lab_site import markdown as render  # noqa: E402
 from lab_site import plot as plot_mod  # noqa: E402
 from lab_site import runs, shortcodes, store  # noqa: E402
+from lab_site import timeline as timeline_mod  # noqa: E402
 from lab_site.fmt import format_quantity, format_range, plural  # noqa: E402
 from lab_site.series import series_of  # noqa: E402
 
@@ -194,6 +196,10 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
             groups = state.store.topic(req.topic, state.primary)
             _note_stale(page, groups)
             return render.notes(req, groups, _link(page))
+        if isinstance(req, shortcodes.TimelineRequest):
+            groups = state.store.topic(req.topic, state.primary)
+            _note_stale(page, groups)
+            return render.timeline(req, groups, _link(page), lambda g, t: _timeline(req, g, t, page))
         if isinstance(req, shortcodes.CalculatorRequest):
             return calculators.render(req, lambda topic, slug: _group(page, topic, slug), _html_link(page))
         if isinstance(req, shortcodes.ValueRequest):
@@ -223,14 +229,19 @@ def _warn_if_noisy(req: shortcodes.ValueRequest, group: store.Group, page: Page)
                 runs.NOISY * 100, format_range(a.low, a.high, figure.unit), plural(a.count, "run"))
 
 
+def _placeholder(page: Page) -> tuple[str, str]:
+    """A new token for an SVG on ``page`` (``on_page_content`` swaps it in) and the digest in it."""
+    plots = state.plots.setdefault(page.file.src_uri, {})
+    digest = hashlib.sha1(f"{page.file.src_uri}:{len(plots)}".encode()).hexdigest()[:8]
+    return f"LABPLOT{digest}", digest
+
+
 def _plot(req: shortcodes.PlotRequest, group: store.Group, page: Page, keys: set[str]) -> tuple[str, list]:
     series, unit, figures = series_of(req, group)
     keys.update(s.key for s in series if s.key is not None)
-    plots = state.plots.setdefault(page.file.src_uri, {})
-    digest = hashlib.sha1(f"{page.file.src_uri}:{len(plots)}".encode()).hexdigest()[:8]
-    token = f"LABPLOT{digest}"
+    token, digest = _placeholder(page)
     ylabel = render.plot_axis_label(req.ylabel, unit)
-    plots[token] = plot_mod.line_plot(
+    state.plots[page.file.src_uri][token] = plot_mod.line_plot(
         series,
         xlabel=req.xlabel,
         ylabel=ylabel,
@@ -242,6 +253,20 @@ def _plot(req: shortcodes.PlotRequest, group: store.Group, page: Page, keys: set
                     + (f", median of {plural(len(group.runs), 'run')} with their range" if len(group.runs) > 1 else ""),
     )
     return token, figures
+
+
+def _timeline(req: shortcodes.TimelineRequest, group: store.Group, timeline: timeline_mod.Timeline,
+              page: Page) -> str:
+    token, digest = _placeholder(page)
+    panels = "; ".join(p.title for p in timeline.panels)
+    state.plots[page.file.src_uri][token] = plot_mod.timeline_plot(
+        timeline,
+        title=req.title,
+        uid=f"labplot-{digest}",
+        description=f"{req.title + ': ' if req.title else ''}Timeline of {panels} on {group.label} "
+                    f"(run {group.runs[-1].run_id}): lanes {', '.join(timeline.lane_names)}",
+    )
+    return token
 
 
 def _claim(req: shortcodes.ClaimRequest, code: shortcodes.Shortcode, page: Page) -> str:

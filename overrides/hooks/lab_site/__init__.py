@@ -11,6 +11,7 @@
 - :mod:`.markdown`: tables, tabs, values and claim badges as Markdown;
 - :mod:`.series` and :mod:`.plot`: a group's rows as series, drawn as SVG line plots that
   read in the light and the dark palette;
+- :mod:`.timeline`: a profiler timeline kept in a record's note, checked (drawn by :mod:`.plot`);
 - :mod:`.calculators`: live models whose inputs start from the records;
 - :mod:`.generated`: sections made from all the records or the glossary (the appendices).
 

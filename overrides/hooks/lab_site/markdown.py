@@ -19,8 +19,9 @@ from lab_site.claims import ClaimResult, Verdict
 from lab_site.figures import Figure, GroupRow, SelectionError, metric, select, stat, stat_unit
 from lab_site.fmt import case_value, date_span, format_quantity, format_range, plural, run_date, unit_text
 from lab_site.runs import NOISY
-from lab_site.shortcodes import NotesRequest, PlotRequest, TableRequest, ValueRequest
+from lab_site.shortcodes import NotesRequest, PlotRequest, TableRequest, TimelineRequest, ValueRequest
 from lab_site.store import Entry, Group
+from lab_site.timeline import Timeline, of_group
 
 STALE_TITLE = prov.STALE_TITLE
 INDENT = prov.INDENT
@@ -216,6 +217,27 @@ def _note_value(value) -> str:
 def notes(request: NotesRequest, groups: Sequence[Group], link: Callable[[Entry], str]) -> str:
     """Tabs, one per group with the notes asked for: provenance (of the latest run), the stale warning, the notes."""
     return _per_machine(request.topic, groups, lambda g: (notes_markdown(request, g), []), link)
+
+
+def timeline_caption(group: Group, link: Callable[[Entry], str]) -> str:
+    """Which run a timeline is from: the latest of the group, its date, a link to its record."""
+    latest = group.runs[-1]
+    when = run_date(latest.record.run.date)
+    return (f"Timeline of the latest run, {cell(latest.run_id)} of {when} "
+            f'([JSON]({link(latest)} "run {latest.run_id}, {when}"))\n{{ .lab-provenance }}')
+
+
+def timeline(request: TimelineRequest, groups: Sequence[Group], link: Callable[[Entry], str],
+             placeholder: Callable[[Group, Timeline], str]) -> str:
+    """Tabs, one per group whose latest run has the note: provenance, the stale warning, the SVG, its run.
+
+    ``placeholder(group, timeline)`` draws the timeline and returns the token that stands for it.
+    """
+    def body(group: Group) -> tuple[str, list[Metric]]:
+        token = placeholder(group, of_group(group, request.note))
+        return f"{token}\n\n{timeline_caption(group, link)}", []
+
+    return _per_machine(request.topic, groups, body, link)
 
 
 def pick(request: ValueRequest, group: Group) -> tuple[GroupRow, Figure]:

@@ -7,6 +7,9 @@ transparent; the series colours have a contrast of at least 3:1 against both Mat
 white and its slate background. A point over several runs carries the run-to-run range,
 drawn as a shaded band around its series; a point of one run carries its quartiles,
 drawn as error bars from q1 to q3.
+
+A profiler timeline (:func:`timeline_plot`) is drawn the same way: one subplot per
+panel, one row of bars per lane, one colour per lane.
 """
 from __future__ import annotations
 
@@ -24,6 +27,8 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 import matplotlib.ticker  # noqa: E402
 
 from lab_site import LabError  # noqa: E402
+from lab_site.fmt import unit_text  # noqa: E402
+from lab_site.timeline import Event, Timeline  # noqa: E402
 
 #: Drawn for "the page's text colour" and replaced by currentColor.
 SENTINEL = "#010203"
@@ -32,6 +37,12 @@ COLORS = ("#2f7fc1", "#d9480f", "#2b8a3e", "#ae3ec9", "#c28800", "#0c8599", "#e0
 #: Backgrounds the colours are chosen against (Material default and slate).
 BACKGROUNDS = ("#ffffff", "#1e2129")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+#: A timeline's bar is drawn at least this share of its panel's span wide, so a short kernel shows.
+MIN_BAR = 0.0015
+#: Height of one lane and the room a panel's title, ticks and axis label take (inches).
+LANE_IN, PANEL_IN = 0.55, 1.0
+#: Event labels inside bars: font size (pt); the share of the figure's width the axes get, roughly.
+BAR_FONT, AXES_SHARE = 7, 0.72
 
 
 @dataclass(frozen=True)
@@ -138,6 +149,67 @@ def line_plot(
         finally:
             plt.close(fig)
     return _clean(buffer.getvalue(), uid, description or title or f"{ylabel} against {xlabel}")
+
+
+def _literal(text: str) -> str:
+    """Text as written: a profiler's names may hold ``$``, which matplotlib would read as mathtext."""
+    return text.replace("$", r"\$")
+
+
+def bars(events: Sequence[Event], span: tuple[float, float]) -> list[tuple[float, float]]:
+    """``(start, width)`` of each event's bar: at least :data:`MIN_BAR` of the span wide, inside the span."""
+    lo, hi = span
+    least = (hi - lo) * MIN_BAR
+    out = []
+    for e in events:
+        width = max(e.end - e.start, least)
+        out.append((max(lo, min(e.start, hi - width)), width))
+    return out
+
+
+def timeline_plot(timeline: Timeline, *, title: str | None = None, uid: str, description: str) -> str:
+    """The SVG markup of a timeline: one subplot per panel, stacked, each lane a row of bars.
+
+    Lanes read top to bottom in the note's order and keep one colour across panels; a bar
+    is drawn at least :data:`MIN_BAR` of its span wide; an event's label is written inside
+    its bar where it fits.
+    """
+    colours = {name: COLORS[i % len(COLORS)] for i, name in enumerate(timeline.lane_names)}
+    xlabel = f"time from the start of the range ({unit_text(timeline.unit)})"
+    heights = [len(p.lanes) for p in timeline.panels]
+    size = (6.4, sum(h * LANE_IN + PANEL_IN for h in heights) + (0.3 if title else 0.0))
+    with plt.rc_context({**_style(), "svg.hashsalt": uid}):
+        fig, axes = plt.subplots(len(heights), 1, figsize=size, layout="constrained", squeeze=False,
+                                 gridspec_kw={"height_ratios": [h * LANE_IN + PANEL_IN for h in heights]})
+        try:
+            for ax, panel in zip(axes[:, 0], timeline.panels):
+                lo, hi = panel.span
+                inch = (hi - lo) / (size[0] * AXES_SHARE)  # x units per inch, roughly
+                for y, lane in enumerate(panel.lanes):
+                    for e in lane.events:
+                        fits = len(e.label) * BAR_FONT * 0.6 / 72 + 0.1 < (e.end - e.start) / inch
+                        if e.label and fits:
+                            ax.text((e.start + e.end) / 2, y, _literal(e.label), ha="center", va="center",
+                                    fontsize=BAR_FONT, color="#ffffff", clip_on=True)
+                    if lane.events:
+                        ax.broken_barh(bars(lane.events, panel.span), (y - 0.35, 0.7),
+                                       facecolors=colours[lane.name], linewidth=0)
+                ax.set_xlim(lo, hi)
+                ax.set_ylim(len(panel.lanes) - 0.5, -0.5)  # the first lane on top
+                ax.set_yticks(range(len(panel.lanes)), [_literal(lane.name) for lane in panel.lanes])
+                ax.tick_params(axis="y", length=0)
+                ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+                ax.grid(True, axis="x", which="major")
+                ax.set_axisbelow(True)
+                ax.set_xlabel(xlabel)
+                ax.set_title(_literal(panel.title))
+            if title:
+                fig.suptitle(_literal(title))
+            buffer = io.StringIO()
+            fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
+        finally:
+            plt.close(fig)
+    return _clean(buffer.getvalue(), uid, description)
 
 
 def _clean(svg: str, uid: str, description: str) -> str:

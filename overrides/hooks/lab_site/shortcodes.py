@@ -148,6 +148,15 @@ class NotesRequest:
 
 
 @dataclass(frozen=True)
+class TimelineRequest:
+    """A profiler timeline kept in a note of each group's latest run (``lab_site.timeline``)."""
+
+    topic: str
+    note: str
+    title: str | None = None
+
+
+@dataclass(frozen=True)
 class CalculatorRequest:
     name: str
     machine: str | None = None
@@ -160,8 +169,8 @@ class GeneratedRequest:
     name: str
 
 
-Request = Union[TableRequest, PlotRequest, ValueRequest, ClaimRequest, NotesRequest, CalculatorRequest,
-                GeneratedRequest]
+Request = Union[TableRequest, PlotRequest, ValueRequest, ClaimRequest, NotesRequest, TimelineRequest,
+                CalculatorRequest, GeneratedRequest]
 
 
 def _positional(code: Shortcode, names: tuple[str, ...]) -> tuple[str, ...]:
@@ -217,6 +226,15 @@ def _notes(code: Shortcode) -> NotesRequest:
     if rest:
         raise ShortcodeError(f"lab:notes takes only keys=, not {', '.join(rest)} (notes have no cases)")
     return NotesRequest(topic, _names(code, own, "keys"))
+
+
+def _timeline(code: Shortcode) -> TimelineRequest:
+    (topic,) = _positional(code, ("topic",))
+    own, rest = _split(code, ("note", "title"))
+    if rest:
+        raise ShortcodeError(f"lab:timeline takes only note= and title=, not {', '.join(rest)} "
+                             "(a timeline has no cases)")
+    return TimelineRequest(topic, _text(code, own, "note", required=True), _text(code, own, "title", required=False))
 
 
 def _legend(code: Shortcode, own: dict[str, Scalar]) -> dict[str, str]:
@@ -301,11 +319,12 @@ BUILDERS: dict[str, Callable[[Shortcode], Request]] = {
     "value": _value,
     "claim": _claim,
     "notes": _notes,
+    "timeline": _timeline,
     "calculator": _calculator,
     "generated": _generated,  # expanded by lab_site.generated before the others
 }
 #: Shortcodes that produce blocks (tabs) and so must stand alone on their line.
-BLOCK = {"table", "plot", "notes", "calculator", "generated"}
+BLOCK = {"table", "plot", "notes", "timeline", "calculator", "generated"}
 
 
 def request(code: Shortcode) -> Request:
