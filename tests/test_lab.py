@@ -124,6 +124,19 @@ def test_lab_record_round_trips(tmp_path):
     assert parse_record(dump_record(record), "again") == record
 
 
+def test_a_note_may_nest_json_but_not_hold_other_objects():
+    """A profiler timeline is a mapping of lists of events: notes take any JSON, and only JSON."""
+    lab = Lab(CPU, quick=True)
+    timeline = {"unit": "us", "panels": [{"title": "step", "span": [0.0, 2.0],
+                                          "lanes": [{"name": "GPU", "events": [[0.5, 1.5, "gemv"]]}]}]}
+    lab.note("timeline", timeline)
+    record = _record(lab)
+    assert parse_record(dump_record(record), "again").notes["timeline"] == timeline
+    lab.note("timeline", {"events": {1.5, 2.5}})  # a set is not JSON
+    with pytest.raises(RecordError):
+        _record(lab)
+
+
 def test_keep_samples_summarizes_samples_measured_elsewhere():
     lab = Lab(CPU, quick=True)
     m = lab.keep_samples([3.0, 1.0, 2.0, 9.0], case={"ranks": 2}, metric="step", unit="ms",

@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 from typing import Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator, model_validator
 
 SCHEMA_VERSION = 2
 #: Versions this code reads; older ones are upgraded on load.
@@ -153,7 +153,9 @@ class Record(_Strict):
     method: Method
     checks: list[Check]
     results: list[Row]
-    notes: dict[str, Scalar | list[Scalar] | dict[str, Scalar]] = {}
+    #: Observations that are not figures: scalars, lists, mappings, nested as JSON
+    #: allows (a profiler timeline is a mapping of lists of events).
+    notes: dict[str, JsonValue] = {}
     load: LoadSummary | None = Field(default=None, description="clocks and power under load (GPU only)")
 
     @model_validator(mode="after")
