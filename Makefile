@@ -49,7 +49,7 @@ $(VENV)/.stamp-torch: | $(BIN)/python
 	touch $@
 
 $(VENV)/.stamp-project: pyproject.toml $(VENV)/.stamp-torch
-	$(BIN)/python -m pip install --quiet -e ".[docs,test,triton,onnx]"
+	$(BIN)/python -m pip install --quiet -e ".[docs,test,triton,onnx,fp8]"
 	touch $@
 
 node_modules/.stamp-npm: package.json package-lock.json

@@ -1,0 +1,226 @@
+"""An FP8 training step with torchao's float8 recipes, against BF16.
+
+The block is a Llama-style SwiGLU feed-forward layer, ``w2(silu(w1 x) * w3 x)``
+(w1, w3: d -> h, w2: h -> d, no biases; BF16 on a GPU, float32 on the CPU).
+One training step is its forward pass, the loss ``out.float().pow(2).mean()``
+(a loss whose gradient depends on the output, so a wrong forward shows in the
+gradients too) and the backward pass into the weights *and* the input, as in
+a layer inside a network; there is no optimizer. That is 9 matrix products:
+3 forward, and for each weight the gradient of its input and of itself.
+
+``convert_to_float8_training`` swaps each ``nn.Linear`` of a deep copy of the
+same BF16 block for torchao's ``Float8Linear``, which casts both operands of
+each of the 9 products to FP8 (e4m3 forward; for gradients e5m2 in the
+``tensorwise`` recipe, e4m3 in the row-wise ones) with scales computed on the
+fly from their largest magnitudes, and multiplies them with
+``torch._scaled_mm``. The recipes differ in those scales:
+
+* ``tensorwise``: one scale per tensor, the cheapest to compute;
+* ``rowwise``: one per row (per token, per output channel), which keeps an
+  outlier from crushing the rest of its tensor; a tensor that two products
+  read along different dimensions needs scales, and a cast, for each;
+* ``rowwise_with_gw_hp``: row-wise, but the weight-gradient products stay
+  in BF16, for accuracy, and skip those casts.
+
+Every cast needs a pass over its tensor to find the largest magnitude, then
+another to scale and cast: torchao leaves those to ``torch.compile``, which
+fuses them into a few kernels and into the neighbouring elementwise work
+(SiLU, the product, the loss). torchao's float8 relies on that for speed, so
+every variant here, BF16 included, is compiled. Whether FP8 pays depends on how
+much GEMM time there is to save against those passes: the Llama 3 8B shape
+(16384 tokens, 4096 -> 14336) against a smaller one (4096, 2048 -> 5632).
+
+Each variant is checked first: its output, and the gradients of the input
+and of ``w2``, against the same block computed in float64 from the same
+weights and inputs. Then a step is timed: ``inner`` steps back to back per
+sample, on pre-made random inputs that rotate (made outside the timed
+region); the gradients are dropped inside the step (``grad = None``, a few
+Python assignments) so that none accumulates. On a GPU, the profiler also
+sums the durations of one step's kernels (``kernel_time``): where a step's
+time exceeds it, the host (guards, launches, autograd), not the GPU, sets
+the pace, and FP8's extra kernels cost launches as well as passes. On the
+CPU, ``_scaled_mm`` is emulated: the quick run checks the recipes, its times
+say nothing of FP8.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from examples.lab.kernels import kernel_names
+
+RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
+#: (tokens, d, h): Llama 3 8B's feed-forward block, then a smaller one where
+#: the casts' passes over the activations weigh more against the GEMMs.
+SHAPES = ((16384, 4096, 14336), (4096, 2048, 5632))
+TINY = ((64, 128, 256),)
+#: Relative error allowed against float64. FP8 keeps 3 (e4m3) or 2 (e5m2)
+#: mantissa bits: a few per cent per product, compounded through the block;
+#: a wrong result (a lost scale, a transposed operand) is off by 100 % or more.
+TOLERANCE = {"bf16": {"out": 2e-2, "grad": 2e-2}, "fp8": {"out": 0.15, "grad": 0.2}}
+INSTALL = 'pip install -e ".[fp8]"'
+
+
+class SwiGLU(nn.Module):
+    """Llama's feed-forward block: w2(silu(w1 x) * w3 x)."""
+
+    def __init__(self, d: int, h: int):
+        super().__init__()
+        self.w1 = nn.Linear(d, h, bias=False)
+        self.w3 = nn.Linear(d, h, bias=False)
+        self.w2 = nn.Linear(h, d, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+def training_flops(tokens: int, d: int, h: int) -> int:
+    """9 products of 2*T*d*h FLOPs each: 3 forward, and for each of the 3
+    weights the gradient of its input and of the weight itself."""
+    return 9 * 2 * tokens * d * h
+
+
+class MissingTorchao(RuntimeError):
+    """torchao is not installed, or refuses this torch: ``main`` says so in one line."""
+
+
+def torchao_float8():
+    """torchao's float8 training API, or :class:`MissingTorchao` saying how to get it."""
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [log.level for log in loggers]
+    for log in loggers:  # "Failed to load ... .so": kernels this example does not use
+        log.setLevel(logging.ERROR)
+    try:
+        import torchao
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    except Exception as exc:  # noqa: BLE001 - missing, or refusing this torch
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MissingTorchao(f"needs torchao 0.17 ({INSTALL}; torch {torch.__version__}): {why}") from None
+    finally:
+        for log, level in zip(loggers, levels):
+            log.setLevel(level)
+    return convert_to_float8_training, Float8LinearConfig, torchao.__version__
+
+
+def build(block: nn.Module, recipe: str):
+    """A deep copy of ``block``, its linear layers converted to ``recipe``, and
+    its compiled forward pass and loss."""
+    convert_to_float8_training, Float8LinearConfig, _ = torchao_float8()
+    # --8<-- [start:recipe]
+    block = copy.deepcopy(block)  # the same BF16 weights for every recipe
+    if recipe != "bf16":
+        config = Float8LinearConfig.from_recipe_name(recipe)
+        convert_to_float8_training(block, config=config)  # nn.Linear -> Float8Linear
+
+    @torch.compile(dynamic=False)  # fuses the amax and cast passes
+    def forward(x):
+        out = block(x)
+        return out, out.float().pow(2).mean()
+    # --8<-- [end:recipe]
+    return block, forward
+
+
+def training_step(block: nn.Module, forward, x: torch.Tensor) -> torch.Tensor:
+    """Forward, loss and backward; the old gradients dropped first, not accumulated."""
+    x.grad = None
+    for p in block.parameters():
+        p.grad = None
+    out, loss = forward(x)
+    loss.backward()
+    return out
+
+
+def measure_shape(lab, tokens: int, d: int, h: int) -> None:
+    dtype = torch.bfloat16 if lab.cuda else torch.float32
+    torch.manual_seed(0)
+    base = SwiGLU(d, h).to(lab.device, dtype)
+    x = torch.randn(tokens, d, device=lab.device, dtype=dtype)
+    # The reference: the same weights and input, in float64.
+    ref = copy.deepcopy(base).double()
+    x_ref = x.double().requires_grad_()
+    out_ref = ref(x_ref)
+    out_ref.pow(2).mean().backward()
+    inputs = [(torch.randn_like(x).requires_grad_(),) for _ in range(3)]
+    large = (tokens, d, h) == max(shapes(lab))
+    base_ms = base_gpu_ms = None
+    for recipe in ("bf16", *RECIPES):
+        torch._dynamo.reset()  # each variant compiled afresh, never against another's cache
+        case = {"recipe": recipe, "tokens": tokens, "d": d, "h": h}
+        block, forward = build(base, recipe)
+        xi = x.clone().requires_grad_()
+        out = training_step(block, forward, xi)
+        tol = TOLERANCE["bf16" if recipe == "bf16" else "fp8"]
+        where = f"{recipe}, tokens={tokens}, d={d}, h={h}"
+        err_out = lab.check(f"{where}: output", out, out_ref, tolerance=tol["out"])
+        err_x = lab.check(f"{where}: grad of input", xi.grad, x_ref.grad, tolerance=tol["grad"])
+        err_w = lab.check(f"{where}: grad of w2", block.w2.weight.grad, ref.w2.weight.grad,
+                          tolerance=tol["grad"])
+        lab.value(case=case, metric="error_out", unit="", value=err_out)
+        lab.value(case=case, metric="error_grad_x", unit="", value=err_x)
+        lab.value(case=case, metric="error_grad_w", unit="", value=err_w)
+        del out, xi
+        ms = lab.time(lambda x: training_step(block, forward, x), case=case, metric="time", unit="ms",
+                      inner=1 if lab.quick else 5, inputs=inputs).median
+        lab.value(case=case, metric="rate", unit="TFLOP/s",
+                  value=training_flops(tokens, d, h) / (ms * 1e-3) / 1e12)
+        gpu_ms = kernel_ms(lab, lambda: training_step(block, forward, inputs[0][0]), case)
+        if recipe == "bf16":
+            base_ms, base_gpu_ms = ms, gpu_ms
+        else:
+            lab.value(case=case, metric="speedup", unit="x", value=base_ms / ms)
+            if gpu_ms and base_gpu_ms:
+                lab.value(case=case, metric="kernel_speedup", unit="x", value=base_gpu_ms / gpu_ms)
+        if lab.cuda and large:
+            lab.note(f"kernels, {recipe}, tokens={tokens}",
+                     kernel_names(lambda: training_step(block, forward, inputs[0][0])))
+        del block, forward
+
+
+def kernel_ms(lab, step, case) -> float | None:
+    """On a GPU, keep the kernels' durations summed per step (``kernel_time``):
+    against ``time``, it says whether the GPU or the host sets the pace."""
+    if not lab.cuda:
+        return None
+    from examples.compile.fusion import kernel_time
+
+    try:
+        samples, _ = kernel_time(step, lab.repetitions)
+    except RuntimeError as exc:  # an observation: a profiler that fails is noted
+        lab.note(f"kernel_time, {case['recipe']}, tokens={case['tokens']}", str(exc)[:200])
+        return None
+    return lab.keep_samples([s / 1e3 for s in samples], case=case, metric="kernel_time", unit="ms",
+                            method="CUPTI kernel durations, summed per step",
+                            inner=1).median
+
+
+def shapes(lab) -> tuple[tuple[int, int, int], ...]:
+    # Emulated on the CPU, the GPU shapes would take hours: tiny there.
+    return TINY if lab.quick or not lab.cuda else SHAPES
+
+
+def measure(lab) -> None:
+    _, _, version = torchao_float8()  # fails first, in one line, without torchao
+    for tokens, d, h in shapes(lab):
+        measure_shape(lab, tokens, d, h)
+    lab.note("torchao", version)
+    if lab.cuda:
+        lab.note("torch", torch.__version__)
+
+
+def main(argv=None) -> int:
+    from examples.lab.cli import fail, run_example
+
+    try:  # the flags are parsed first: --help and a bad flag need no torchao
+        return run_example(sys.modules[__name__], argv)
+    except MissingTorchao as exc:
+        fail(f"python -m examples.ecosystem.fp8_training: {exc}", status=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
