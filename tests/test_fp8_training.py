@@ -69,6 +69,12 @@ def test_missing_torchao_is_one_line_error(cli, tmp_path):
     # The flags are still parsed first: a bad flag is a usage error, torchao or not.
     proc = cli.run("-m", TOPIC, "--no-such-flag", env=env)
     assert "--no-such-flag" in cli.one_line_error(proc, status=2)
+    # The runner skips the topic, says why in one line, and writes nothing for it.
+    proc = cli.run("-m", "examples.lab", "run", "--quick", "--device", "cpu", "ecosystem.fp8_training",
+                   "--out", str(tmp_path / "out"), env=env)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, cli.explain(proc)
+    assert "skipped ecosystem.fp8_training: needs torchao" in proc.stdout, cli.explain(proc)
+    assert not list((tmp_path / "out").glob("**/*.json"))
 
 
 def test_missing_torchao_raises_in_process(monkeypatch):

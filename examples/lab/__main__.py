@@ -2,7 +2,7 @@
 
 Runs every chosen benchmark on this machine and writes one record per example
 to ``DIR/<machine slug>/<topic>/<run id>.json``; ``--repeat N`` makes N independent
-runs (fresh processes). Topics this machine cannot run (no GPU, too few GPUs) are
+runs (fresh processes). Topics this machine cannot run (no GPU, too few GPUs, a profiler or package it lacks) are
 skipped and write nothing. ``validate DIR`` checks a folder of records; ``compare DIR`` sets its figures beside the
 book's (see ``examples/lab/compare.py``).
 """
@@ -38,7 +38,7 @@ def _run(args) -> int:
     import torch
     from tqdm import tqdm
 
-    from examples.lab.harness import CheckFailed, missing_gpus, requires_cuda, run_measurement
+    from examples.lab.harness import CheckFailed, Unavailable, missing_gpus, requires_cuda, run_measurement
     from examples.lab.provenance import run_id
     from examples.lab.records import RecordError, write_record
     from examples.lab.registry import import_topic, measured_topics
@@ -65,6 +65,9 @@ def _run(args) -> int:
         try:
             record = run_measurement(module, device=device, quick=args.quick, command=command,
                                      on_case=lambda text: bar.set_postfix_str(text[:60]))
+        except Unavailable as exc:
+            skipped.append(f"{topic}: {exc}")
+            continue
         except CheckFailed as exc:
             failures.append(f"{topic}: correctness check failed: {exc}")
             continue

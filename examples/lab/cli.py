@@ -115,7 +115,7 @@ def format_table(record: Record) -> str:
 
 def run_example(module: ModuleType, argv: list[str] | None = None) -> int:
     """``main`` of a measured example: parse the shared flags, measure, report."""
-    from examples.lab.harness import CheckFailed, missing_gpus, requires_cuda, run_measurement, topic_of
+    from examples.lab.harness import CheckFailed, Unavailable, missing_gpus, requires_cuda, run_measurement, topic_of
     from examples.lab.records import RecordError
 
     topic = topic_of(module)
@@ -138,6 +138,8 @@ def run_example(module: ModuleType, argv: list[str] | None = None) -> int:
     command = shlex.join(["python", "-m", f"examples.{topic}", *(sys.argv[1:] if argv is None else argv)])
     try:
         record = run_measurement(module, device=device, quick=args.quick, command=command)
+    except Unavailable as exc:
+        fail(f"{prog}: {exc}", status=1)
     except CheckFailed as exc:
         fail(f"{prog}: correctness check failed: {exc}", status=1)
     except RecordError as exc:

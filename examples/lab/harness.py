@@ -29,6 +29,13 @@ class CheckFailed(RuntimeError):
     """The fast path disagreed with its reference: nothing it measured may be kept."""
 
 
+class Unavailable(RuntimeError):
+    """This machine lacks something the example needs (a profiler, a package): say what, in one line.
+
+    ``python -m examples.lab run`` skips the topic with this reason; one example run alone exits 1.
+    """
+
+
 class Lab:
     """What an example sees while it measures: the device, the mode and the timers."""
 

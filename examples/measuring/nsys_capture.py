@@ -36,6 +36,8 @@ from pathlib import Path
 
 import torch
 
+from examples.lab.harness import Unavailable
+
 REQUIRES_CUDA = True
 
 #: Steps per kind inside the captured region (each one NVTX range).
@@ -213,7 +215,7 @@ def find_nsys() -> str:
     for found in candidates:
         if found and os.access(found, os.X_OK):
             return found
-    raise RuntimeError("Nsight Systems (nsys) is not installed on this machine (set NSYS=/path/to/nsys)")
+    raise Unavailable("Nsight Systems (nsys) is not installed on this machine (set NSYS=/path/to/nsys)")
 
 
 def run(cmd: list[str], what: str, timeout: int) -> str:
