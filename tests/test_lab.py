@@ -575,3 +575,38 @@ def test_kernel_names_notes_a_failing_profiler_instead_of_raising():
     note = kernel_names(broken)  # on a CPU-only torch the profiler itself refuses first
     assert isinstance(note, str) and note.startswith("profiler failed: ")
     assert len(note) <= 200
+
+
+def test_the_runner_reports_an_unavailable_or_failing_topic_in_one_line(monkeypatch, tmp_path, capsys):
+    """A missing tool skips the topic; a tool that fails is one FAILED line, not a traceback."""
+    import examples.lab.__main__ as runner
+    from examples.lab import registry
+    from examples.lab.harness import Unavailable
+
+    def fake(name, error):
+        module = types.ModuleType(f"examples.fake.{name}")
+        module.__file__ = str(REPO / "examples/lab/harness.py")
+
+        def measure(lab):
+            raise error
+
+        module.measure = measure
+        return module
+
+    topics = {"fake.missing": fake("missing", Unavailable("Nsight Systems (nsys) is not installed")),
+              "fake.broken": fake("broken", RuntimeError("nsys exited with 1: no report\nsecond line")),
+              "fake.wrong": fake("wrong", CheckFailed("sum: relative error 1 exceeds 0"))}
+    monkeypatch.setattr(registry, "measured_topics", lambda: list(topics))
+    monkeypatch.setattr(registry, "import_topic", topics.__getitem__)
+    monkeypatch.delenv("LAB_TRACEBACK", raising=False)
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / name))
+    status = runner.main(["run", "--device", "cpu", *topics, "--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert status == 1 and "Traceback" not in out + err
+    assert "skipped fake.missing: Nsight Systems (nsys) is not installed" in out
+    assert "FAILED fake.broken: RuntimeError: nsys exited with 1: no report\n" in err and "second line" not in err
+    assert "FAILED fake.wrong: correctness check failed" in err
+    monkeypatch.setenv("LAB_TRACEBACK", "1")
+    with pytest.raises(RuntimeError, match="no report"):
+        runner.main(["run", "--device", "cpu", "fake.broken", "--out", str(tmp_path / "out")])

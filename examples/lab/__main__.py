@@ -8,6 +8,7 @@ book's (see ``examples/lab/compare.py``).
 """
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
@@ -73,6 +74,11 @@ def _run(args) -> int:
             continue
         except RecordError as exc:
             failures.append(f"{topic}: {exc}")
+            continue
+        except RuntimeError as exc:  # a tool that failed, a CUDA error: one line (LAB_TRACEBACK=1 for all)
+            if os.environ.get("LAB_TRACEBACK"):
+                raise
+            failures.append(f"{topic}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
             continue
         written.append((write_record(args.out, record), record.run.wall_s))
     bar.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shlex
 import sys
 from types import ModuleType
@@ -144,6 +145,11 @@ def run_example(module: ModuleType, argv: list[str] | None = None) -> int:
         fail(f"{prog}: correctness check failed: {exc}", status=1)
     except RecordError as exc:
         fail(f"{prog}: {exc}", status=1)
+    except RuntimeError as exc:  # a tool that failed, a CUDA error: one line (LAB_TRACEBACK=1 for all)
+        if os.environ.get("LAB_TRACEBACK"):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        fail(f"{prog}: {type(exc).__name__}: {first}", status=1)
     # With the record on stdout, the human summary goes to stderr.
     human = sys.stderr if args.json == "-" else sys.stdout
     print(f"{topic} on {record.machine.gpu_name or record.machine.host_cpu} ({device.type})", file=human)
