@@ -191,12 +191,12 @@ UNITS = {"step": "us", "kernels": "", "gpu_busy": "us", "busy_fraction": "%", "a
          "launch_calls": "", "in_launch": "us", "in_sync": "us", "first_kernel": "us"}
 
 
-def timeline_panel(title: str, step: dict) -> dict:
-    """One step as the lanes the page draws: µs from the range's start, every event kept."""
+def timeline_panel(title: str, step: dict, limit: int = 400) -> dict:
+    """One step as the lanes the page draws: µs from the range's start."""
     t0 = step["start"]
 
     def lane(events):
-        return [[(s - t0) / 1e3, (e - t0) / 1e3, name[:60]] for s, e, name in events]
+        return [[(s - t0) / 1e3, (e - t0) / 1e3, name[:60]] for s, e, name in events[:limit]]
 
     end = max([step["end"]] + [k[1] for k in step["kernels"]])
     return {"title": title, "span": [0.0, (end - t0) / 1e3],
