@@ -106,6 +106,19 @@ def test_search_and_claims_are_in_the_site(site):
     assert all(claim["holds"] and claim["verdicts"] for claim in report["claims"])  # or the build had failed
 
 
+
+def test_no_figure_repeats_its_unit(site):
+    """A lab:value renders its unit ("92.3 %"): a page that types the unit after it shows "% %"."""
+    import re
+
+    doubled = {}
+    for page in sorted(site.rglob("index.html")):
+        text = re.sub(r"<[^>]+>", "", page.read_text(encoding="utf-8"))
+        found = re.findall(r"\d\s?(%|ms|µs|TFLOP/s|GB/s)\s+\1(?![\w/])", text)
+        if found:
+            doubled[str(page.relative_to(site))] = found
+    assert not doubled, doubled
+
 # -- a claim that a record contradicts fails the build ---------------------------------------
 
 def page_claims() -> list[tuple[Path, shortcodes.ClaimRequest]]:
