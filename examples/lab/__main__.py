@@ -8,12 +8,11 @@ book's (see ``examples/lab/compare.py``).
 """
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 import time
 
-from examples.lab.cli import ArgumentParser, fail, positive
+from examples.lab.cli import ArgumentParser, fail, failure_line, positive
 
 
 #: Compiler caches a run must not share with an earlier one: with them, a second
@@ -75,10 +74,8 @@ def _run(args) -> int:
         except RecordError as exc:
             failures.append(f"{topic}: {exc}")
             continue
-        except RuntimeError as exc:  # a tool that failed, a CUDA error: one line (LAB_TRACEBACK=1 for all)
-            if os.environ.get("LAB_TRACEBACK"):
-                raise
-            failures.append(f"{topic}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
+        except RuntimeError as exc:
+            failures.append(f"{topic}: {failure_line(exc)}")
             continue
         written.append((write_record(args.out, record), record.run.wall_s))
     bar.close()

@@ -35,6 +35,15 @@ def fail(message: str, status: int = EXIT_USAGE) -> NoReturn:
     raise SystemExit(status)
 
 
+def failure_line(exc: RuntimeError) -> str:
+    """A topic's run-time failure (a tool that failed, a CUDA error) as one line: its type and
+    first line. With ``LAB_TRACEBACK=1`` in the environment the exception goes on, traceback and all."""
+    if os.environ.get("LAB_TRACEBACK"):
+        raise exc
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
 def _finite_number(kind: type, accepts, adjective: str):
     def parse(text: str):
         try:
@@ -145,11 +154,8 @@ def run_example(module: ModuleType, argv: list[str] | None = None) -> int:
         fail(f"{prog}: correctness check failed: {exc}", status=1)
     except RecordError as exc:
         fail(f"{prog}: {exc}", status=1)
-    except RuntimeError as exc:  # a tool that failed, a CUDA error: one line (LAB_TRACEBACK=1 for all)
-        if os.environ.get("LAB_TRACEBACK"):
-            raise
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        fail(f"{prog}: {type(exc).__name__}: {first}", status=1)
+    except RuntimeError as exc:
+        fail(f"{prog}: {failure_line(exc)}", status=1)
     # With the record on stdout, the human summary goes to stderr.
     human = sys.stderr if args.json == "-" else sys.stdout
     print(f"{topic} on {record.machine.gpu_name or record.machine.host_cpu} ({device.type})", file=human)
