@@ -12,17 +12,12 @@ import logging
 import math
 import re
 import shutil
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-HOOKS = REPO / "overrides" / "hooks"
-for path in (REPO, HOOKS):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+from tests.hook_support import A100, CPU, FIXTURES, H100, H200, REPO, TOPIC, fixture_store, req, root  # noqa: F401 (a fixture)
 
 from mkdocs.config import load_config  # noqa: E402
 from mkdocs.exceptions import PluginError  # noqa: E402
@@ -31,25 +26,7 @@ from lab_site import LabError, claims, figures, markdown, plot, provenance, runs
 from lab_site.fmt import NBSP, format_number, format_quantity, format_range, short_commit  # noqa: E402
 from lab_site.series import series_of  # noqa: E402
 
-FIXTURES = REPO / "tests" / "fixtures"
-TOPIC = "fixture.launch"
-H200, H100 = "nvidia-h200", "nvidia-h100-80gb-hbm3"
-A100 = "nvidia-a100-sxm4-80gb"
-CPU = "cpu-amd-epyc-9654-96-core-processor"
 US = f"{NBSP}µs"
-
-
-def req(text: str):
-    return shortcodes.request(shortcodes.parse_text(text))
-
-
-def root(path: Path, index: int = 0, prefix: str = "records") -> store.Root:
-    return store.Root(index, path, prefix, None if index == 0 else path.name, False)
-
-
-@pytest.fixture(scope="module")
-def fixture_store() -> store.Store:
-    return store.load([root(FIXTURES / "records")], REPO)
 
 
 def group(s: store.Store, slug: str) -> store.Group:

@@ -9,27 +9,17 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-HOOKS = REPO / "overrides" / "hooks"
-for path in (REPO, HOOKS):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+from tests.hook_support import H100, H200, REPO, TOPIC, fixture_store, req  # noqa: F401 (a fixture)
 
 from mkdocs.config import load_config  # noqa: E402
 from mkdocs.exceptions import PluginError  # noqa: E402
 
 from lab_site import LabError, figures, markdown, plot, shortcodes, store, timeline  # noqa: E402
 
-FIXTURES = REPO / "tests" / "fixtures"
-TOPIC = "fixture.launch"
-H200, H100 = "nvidia-h200", "nvidia-h100-80gb-hbm3"
-CPU = "cpu-amd-epyc-9654-96-core-processor"
 KEY = "trace"
 
 #: A timeline as a profiling example would note it: two panels of three lanes.
@@ -50,10 +40,6 @@ LANES = ("NVTX", "CPU: CUDA API", "GPU: kernels")
 TITLES = ("eager decode step, batch 1", "CUDA graph replay, batch 1")
 
 
-def req(text: str):
-    return shortcodes.request(shortcodes.parse_text(text))
-
-
 def with_notes(s: store.Store, notes: dict[str, dict]) -> store.Store:
     """``s`` with ``notes[slug]`` added to the notes of that group's latest run.
 
@@ -67,11 +53,6 @@ def with_notes(s: store.Store, notes: dict[str, dict]) -> store.Store:
             g = dataclasses.replace(g, runs=(*g.runs[:-1], dataclasses.replace(latest, record=record)))
         groups.append(g)
     return store.Store(entries=s.entries, groups=groups)
-
-
-@pytest.fixture(scope="module")
-def fixture_store() -> store.Store:
-    return store.load([store.Root(0, FIXTURES / "records", "records", None, False)], REPO)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,38 @@
+"""What the site-hook tests share: the hooks on the import path, the fixture records and their names.
+
+Fixture records (``tests/fixtures/records/``, made by ``tests/fixtures/make_records.py``)
+hold invented numbers for the made-up topic ``fixture.launch``.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HOOKS = REPO / "overrides" / "hooks"
+for path in (REPO, HOOKS):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from lab_site import shortcodes, store  # noqa: E402
+
+FIXTURES = REPO / "tests" / "fixtures"
+TOPIC = "fixture.launch"
+H200, H100 = "nvidia-h200", "nvidia-h100-80gb-hbm3"
+A100 = "nvidia-a100-sxm4-80gb"
+CPU = "cpu-amd-epyc-9654-96-core-processor"
+
+
+def req(text: str):
+    return shortcodes.request(shortcodes.parse_text(text))
+
+
+def root(path: Path, index: int = 0, prefix: str = "records") -> store.Root:
+    return store.Root(index, path, prefix, None if index == 0 else path.name, False)
+
+
+@pytest.fixture(scope="module")
+def fixture_store() -> store.Store:
+    return store.load([root(FIXTURES / "records")], REPO)
