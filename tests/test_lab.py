@@ -391,6 +391,7 @@ def test_load_summaries_are_medians_of_the_samples_inside_each_window():
     monitor = LoadMonitor(None)  # no sampler process: feed it samples
     monitor._samples = [Sample(t, sm, 2619, w) for t, sm, w in
                         [(0.5, 1980, 90), (1.1, 1500, 690), (1.2, 1410, 700), (1.3, 1455, 695), (5.0, 1980, 80)]]
+    monitor.power_reading = "instant"
     monitor.window(1.0, 1.25)
     monitor.window(1.25, 1.35)
     first = monitor.load_between(1.0, 1.25)
@@ -399,6 +400,32 @@ def test_load_summaries_are_medians_of_the_samples_inside_each_window():
     summary = monitor.summary()
     assert (summary.sm_mhz_median, summary.sm_mhz_min, summary.sm_mhz_max) == (1455.0, 1410, 1500)
     assert (summary.samples, summary.power_w_max) == (3, 700), "idle samples outside every window are left out"
+
+
+def test_an_averaged_power_reading_gives_no_figure_for_a_short_window():
+    """NVML's usual power call averages the last second: in a 250 ms window it reports what ran before."""
+    from examples.lab.load import AVERAGE, LoadMonitor, Sample
+
+    monitor = LoadMonitor(None)
+    monitor._samples = [Sample(t / 100, 1500, 2619, 100.0 + t) for t in range(0, 400, 10)]
+    monitor.power_reading = AVERAGE
+    short = monitor.load_between(1.0, 1.25)
+    assert short.sm_mhz == 1500 and short.power_w is None and short.power_reading is None
+    long = monitor.load_between(1.0, 3.0)
+    assert long.power_reading == AVERAGE and long.power_w == 100.0 + 250, "only samples a second into the window"
+    monitor.window(1.0, 1.25)
+    assert monitor.summary().power_w_median is None
+
+
+def test_the_sampler_says_which_power_reading_it_took(tmp_path):
+    from examples.lab.load import read_power_reading, read_samples
+
+    path = tmp_path / "s.load"
+    path.write_text("# power instant\n1.0 1980 2619 690.5\n")
+    assert read_power_reading(path) == "instant"
+    assert [s.power_w for s in read_samples(path)] == [690.5]
+    path.write_text("1.0 1980 2619 690.5\n")
+    assert read_power_reading(path) is None, "a sampler that did not say"
 
 
 def test_the_monitor_waits_for_the_samplers_first_reading(monkeypatch):
@@ -610,3 +637,51 @@ def test_the_runner_reports_an_unavailable_or_failing_topic_in_one_line(monkeypa
     monkeypatch.setenv("LAB_TRACEBACK", "1")
     with pytest.raises(RuntimeError, match="no report"):
         runner.main(["run", "--device", "cpu", "fake.broken", "--out", str(tmp_path / "out")])
+
+
+def test_compared_variants_are_interleaved_in_rounds_and_ratios_are_paired():
+    """A B, B A, A B ...: drift in clocks and heat falls on every variant alike."""
+    from examples.lab.harness import Lab
+
+    calls: list[str] = []
+    lab = Lab(CPU, quick=True)
+    try:
+        variants = {name: (lambda name=name: calls.append(name)) for name in ("triton", "cublas")}
+        result = lab.compare(variants, case={"size": 64}, key="kernel", baseline="cublas",
+                             warmup=1, repetitions=4)
+    finally:
+        lab.load.stop()
+    assert calls == ["triton", "cublas",                       # warm-up round
+                     "triton", "cublas", "cublas", "triton",   # rounds 0 and 1
+                     "triton", "cublas", "cublas", "triton"]   # rounds 2 and 3
+    assert set(result) == {"triton", "cublas"} and result["triton"].n == 4
+    assert "interleaved" in result["triton"].method
+    rows = {r.case["kernel"]: r.metrics for r in lab.rows()}
+    assert "speedup" in rows["triton"] and "speedup" not in rows["cublas"]
+    assert rows["triton"]["speedup"].unit == "x" and rows["triton"]["speedup"].n == 4
+
+
+def test_paired_ratios_take_each_round_alone(monkeypatch):
+    """A ratio of samples from the same round, not of two medians: a shared drift cancels."""
+    from examples.lab import timing
+    from examples.lab.harness import Lab
+
+    drift = {"a": [1.0, 2.0, 4.0], "b": [2.0, 4.0, 8.0]}  # b is 2x slower in every round
+    monkeypatch.setattr(timing, "measure_interleaved", lambda fns, **kw: drift)
+    lab = Lab(CPU, quick=True)
+    try:
+        lab.compare({"a": None, "b": None}, case={}, baseline="b", unit="s")
+    finally:
+        lab.load.stop()
+    speedup = {r.case["variant"]: r.metrics for r in lab.rows()}["a"]["speedup"]
+    assert (speedup.median, speedup.min, speedup.max) == (2.0, 2.0, 2.0)
+
+
+def test_a_records_hash_covers_the_example_modules_it_imports_and_the_harness(tmp_path, monkeypatch):
+    from examples.lab import provenance
+
+    files = {p.relative_to(provenance.REPO_ROOT).as_posix()
+             for p in provenance.source_files(provenance.REPO_ROOT / "examples/capstone/fused_decode.py")}
+    assert {"examples/capstone/fused_decode.py", "examples/capstone/decode.py", "examples/capstone/fused.py",
+            "examples/capstone/model.py", "examples/lab/harness.py", "examples/lab/timing.py"} <= files
+    assert "examples/lab/records.py" not in files, "a bookkeeping module cannot move a figure"

@@ -8,6 +8,7 @@ book's (see ``examples/lab/compare.py``).
 """
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
@@ -44,6 +45,9 @@ def _run(args) -> int:
     from examples.lab.registry import import_topic, measured_topics
 
     topics = _topics(args, measured_topics())
+    if not topics:
+        print("no topic to run: every committed record matches the code")
+        return 0
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("python -m examples.lab run: error: --device cuda: no CUDA GPU is visible")
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
@@ -53,6 +57,8 @@ def _run(args) -> int:
     bar = tqdm(topics, unit="topic", file=sys.stderr, dynamic_ncols=True)
     for topic in bar:
         bar.set_description(topic)
+        if os.environ.get("LAB_TRACE") == "1":
+            print(f"[lab] {topic} begins at {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
         module = import_topic(topic)
         # A topic this machine cannot run writes no record: an empty one would say nothing.
         if requires_cuda(module) and device.type != "cuda":
@@ -91,12 +97,40 @@ def _run(args) -> int:
 
 
 def _topics(args, available: list[str]) -> list[str]:
-    if args.all == bool(args.topics):
-        fail("python -m examples.lab run: error: name topics or give --all, not both or neither")
+    if args.all + args.stale + bool(args.topics) != 1:
+        fail("python -m examples.lab run: error: name topics, or give --all or --stale (one of the three)")
     unknown = sorted(set(args.topics) - set(available))
     if unknown:
         fail(f"python -m examples.lab run: error: unknown topic {unknown[0]!r} (known: {', '.join(available)})")
+    if args.stale:
+        return stale_topics(available, args.book)
     return available if args.all else args.topics
+
+
+def stale_topics(available: list[str], book) -> list[str]:
+    """Topics with no committed record, or whose newest run on some machine was measured by
+    code that has changed since (the example, an example module it imports, the harness)."""
+    from examples.lab.provenance import REPO_ROOT, source_sha256
+    from examples.lab.records import RecordError, load_records
+
+    try:
+        records = load_records(book)
+    except RecordError as exc:
+        fail(f"invalid record: {exc}", status=1)
+    newest: dict[tuple[str, str], object] = {}
+    for record in records:
+        key = (record.topic, record.machine.slug)
+        if key not in newest or record.run.date > newest[key].run.date:
+            newest[key] = record
+    hashes: dict[str, str] = {}
+    stale = []
+    for topic in available:
+        runs = [r for (t, _), r in newest.items() if t == topic]
+        current = [r.source_sha256 == hashes.setdefault(r.source, source_sha256(REPO_ROOT / r.source))
+                   if (REPO_ROOT / r.source).is_file() else False for r in runs]
+        if not runs or not all(current):
+            stale.append(topic)
+    return stale
 
 
 def _repeat(args) -> int:
@@ -170,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run benchmarks and write records")
     run.add_argument("topics", nargs="*", metavar="TOPIC", help="e.g. graphs.decode_loop")
     run.add_argument("--all", action="store_true", help="every benchmark of the book")
+    run.add_argument("--stale", action="store_true",
+                     help="the topics whose committed records no longer match the code (or that have none)")
+    run.add_argument("--book", type=Path, default=Path(__file__).resolve().parents[2] / "docs" / "records",
+                     metavar="DIR", help="with --stale: the committed records (default: docs/records)")
     run.add_argument("--out", type=Path, required=True, metavar="DIR", help="records folder")
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     run.add_argument("--quick", action="store_true", help="small sizes and few repetitions")

@@ -7,6 +7,8 @@ provenance, and turns the whole run into one :class:`~examples.lab.records.Recor
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time as _clock
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -54,6 +56,9 @@ class Lab:
                                 if self.cuda else None)
         #: (case key, metric) -> the monotonic-clock window it was timed in.
         self._windows: dict[tuple, tuple[float, float]] = {}
+        #: LAB_TRACE=1: one line per timed figure on stderr, with its seconds (where a topic's time goes).
+        self._trace = os.environ.get("LAB_TRACE") == "1"
+        self._began = _clock.monotonic()
 
     @property
     def cuda(self) -> bool:
@@ -94,6 +99,7 @@ class Lab:
             inputs=inputs,
         )
         ended = _clock.monotonic()
+        self._traced(began, ended, _describe(case, metric))
         self.load.window(began, ended)
         scale = TIME_UNITS[unit]
         result = summarize([s * scale for s in samples], unit=unit, method=timer or self.timer)
@@ -103,6 +109,75 @@ class Lab:
         self._keep(case, metric, result)
         self._windows[(_key(case), metric)] = (began, ended)
         return result
+
+    # --8<-- [start:compare]
+    def compare(
+        self,
+        variants: dict[str, Callable[..., Any]],
+        *,
+        case: dict[str, Scalar],
+        key: str = "variant",
+        metric: str = "time",
+        unit: str = "us",
+        baseline: str | None = None,
+        speedup_metric: str = "speedup",
+        timer: str | None = None,
+        inner: int = 1,
+        warmup: int | None = None,
+        repetitions: int | None = None,
+        flush_l2: bool = False,
+        inputs: Sequence[tuple] | None = None,
+    ) -> dict[str, Metric]:
+        """Time ``variants`` against each other, interleaved: each round takes one sample of
+        every variant, forward in one round and backward in the next (A B, B A, ...), so that
+        drift in clocks, power and heat falls on all alike.
+
+        Each variant is kept as ``metric`` under ``case | {key: name}``. With a ``baseline``,
+        every other variant also gets ``speedup_metric``: the baseline's sample over its own
+        sample *of the same round*, median and spread of those paired ratios.
+        """
+        if unit not in TIME_UNITS:
+            raise ValueError(f"unit {unit!r} is not a time unit ({', '.join(TIME_UNITS)})")
+        if baseline is not None and baseline not in variants:
+            raise ValueError(f"baseline {baseline!r} is not one of the variants ({', '.join(variants)})")
+        timer = timer or self.timer
+        warmup = self.warmup if warmup is None else warmup
+        description = _describe(case, metric) + " · " + " vs ".join(variants)
+        self._on_case(description)
+        began = _clock.monotonic()
+        samples = timing.measure_interleaved(
+            variants, device=self.device, timer=timer, warmup=warmup,
+            repetitions=self.repetitions if repetitions is None else repetitions,
+            inner=inner, flush_l2=flush_l2, inputs=inputs)
+        ended = _clock.monotonic()
+        self._traced(began, ended, description)
+        self.load.window(began, ended)
+        scale = TIME_UNITS[unit]
+        method = f"{timer}, interleaved rounds"
+        results = {}
+        for name, values in samples.items():
+            result = summarize([v * scale for v in values], unit=unit, method=method)
+            result = result.model_copy(update={"warmup": warmup, "inner": inner})
+            row = {**case, key: name}
+            self._keep(row, metric, result)
+            self._windows[(_key(row), metric)] = (began, ended)
+            results[name] = result
+            if baseline is not None and name != baseline:
+                ratios = [b / v for b, v in zip(samples[baseline], values)]
+                self._keep(row, speedup_metric, summarize(
+                    ratios, unit="x", method=f"paired ratio {baseline} / {name}, {method}"))
+        return results
+    # --8<-- [end:compare]
+
+    def _traced(self, began: float, ended: float, description: str) -> None:
+        if self._trace:
+            print(f"[lab {ended - self._began:7.1f} s] {description}: {ended - began:.2f} s timed",
+                  file=sys.stderr, flush=True)
+
+    @property
+    def host_reference(self) -> dict[str, float]:
+        """This run's host speed (:func:`host_reference`): divide a host-bound figure by it."""
+        return host_reference(self.device)
 
     def keep_samples(
         self, samples: Sequence[float], *, case: dict[str, Scalar], metric: str, unit: str, method: str,
@@ -187,13 +262,51 @@ class Lab:
             source=source.relative_to(provenance.REPO_ROOT).as_posix(),
             source_sha256=provenance.source_sha256(source),
             machine=provenance.machine_info(self.device.type),
-            run=provenance.run_info(quick=self.quick, command=command),
+            run=provenance.run_info(quick=self.quick, command=command).model_copy(
+            update={"host_reference": host_reference(self.device)}),
             method=Method(timer=self.timer, warmup=self.warmup, repetitions=self.repetitions),
             checks=self._checks,
             results=results,
             notes=self.notes,
             load=self.load.summary(),
         )
+
+
+_HOST_REFERENCE: dict[str, dict[str, float]] = {}
+
+
+def host_reference(device: torch.device) -> dict[str, float]:
+    """How fast this host issues work, measured once per process and kept in every record of
+    the run: a bare Python call (ns) and, on a GPU, the enqueue of a one-element add (us per
+    call, back to back, host clock). Host-bound figures moved up to 2x between hosts of one
+    GPU kind; stated relative to these, they travel.
+    """
+    key = str(device)
+    if key not in _HOST_REFERENCE:
+        def nothing() -> None:
+            pass
+
+        def per_call(fn, calls: int) -> float:  # the median of 7 tries, seconds per call
+            tries = []
+            for _ in range(7):
+                t0 = _clock.perf_counter_ns()
+                for _ in range(calls):
+                    fn()
+                tries.append((_clock.perf_counter_ns() - t0) / calls / 1e9)
+            return sorted(tries)[3]
+
+        reference = {"python_call_ns": round(per_call(nothing, 20000) * 1e9, 2)}
+        one = torch.zeros(1, device=device)
+        if device.type == "cuda":
+            for _ in range(100):
+                one.add_(1)
+            torch.cuda.synchronize(device)
+            reference["tiny_op_us"] = round(per_call(lambda: one.add_(1), 2000) * 1e6, 3)
+            torch.cuda.synchronize(device)
+        else:
+            reference["tiny_op_us"] = round(per_call(lambda: one.add_(1), 2000) * 1e6, 3)
+        _HOST_REFERENCE[key] = reference
+    return dict(_HOST_REFERENCE[key])
 
 
 def _key(case: dict[str, Scalar]) -> tuple:
@@ -233,6 +346,7 @@ def run_measurement(
 ) -> Record:
     """Run one example's ``measure`` and return its validated record."""
     began = _clock.monotonic()  # the topic's wall time includes starting the load sampler
+    host_reference(device)  # once per run, before the first topic loads the GPU
     lab = Lab(device, quick=quick, on_case=on_case)
     started = _clock.monotonic()
     try:

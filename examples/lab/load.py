@@ -9,6 +9,12 @@ The sampler is a child process (``python -m examples.lab.load``), not a thread: 
 thread would take the interpreter lock from the very host code the lab times.
 Where NVML cannot be read (no GPU, no driver, no ``nvidia-ml-py``), there are simply
 no samples and the record says nothing about load.
+
+Board power: ``nvmlDeviceGetPowerUsage`` is a one-second average on Hopper, so in a
+window of tens of milliseconds it reports what ran before. The sampler reads the
+instantaneous field (``NVML_FI_DEV_POWER_INSTANT``) where the driver has it, and says
+which reading it took; with only the average, a window gets a power figure from the
+samples taken at least one averaging period after it began, and none if it is shorter.
 """
 from __future__ import annotations
 
@@ -30,6 +36,9 @@ INTERVAL_MS = 10.0
 #: a topic that times for a tenth of a second would otherwise finish before the child
 #: process has imported NVML.
 READY_TIMEOUT_S = 10.0
+#: What the sampler's power column is, and the period each reading averages over (s).
+INSTANT, AVERAGE = "instant", "one-second average"
+AVERAGING_S = {INSTANT: 0.0, AVERAGE: 1.0}
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,8 @@ class LoadMonitor:
         self.interval_ms = interval_ms
         self.windows: list[tuple[float, float]] = []
         self._samples: list[Sample] | None = None
+        #: INSTANT or AVERAGE, as the sampler wrote in its first line.
+        self.power_reading: str | None = None
         self._process = None
         self._file = None
         if device_index is None:
@@ -89,23 +100,53 @@ class LoadMonitor:
             except subprocess.TimeoutExpired:
                 self._process.kill()
         if self._file is not None:
+            self.power_reading = read_power_reading(Path(self._file.name))
             self._samples = read_samples(Path(self._file.name))
             self._file.close()
             Path(self._file.name).unlink(missing_ok=True)
         return self._samples
 
     def load_between(self, start: float, end: float) -> Load | None:
-        inside = [s for s in self.stop() if start <= s.t <= end]
-        return summarize_window(inside)
+        samples = self.stop()
+        inside = [s for s in samples if start <= s.t <= end]
+        return summarize_window(inside, power=_power_samples(samples, [(start, end)], self.power_reading),
+                                power_reading=self.power_reading)
 
     def summary(self) -> LoadSummary | None:
         samples = self.stop()
         inside = [s for s in samples if any(a <= s.t <= b for a, b in self.windows)]
-        return summarize_all(inside, self.interval_ms)
+        return summarize_all(inside, self.interval_ms, power=_power_samples(samples, self.windows, self.power_reading),
+                             power_reading=self.power_reading)
 
 
 def _repo_root() -> str:
     return str(Path(__file__).resolve().parents[2])
+
+
+def _power_samples(samples: Sequence[Sample], windows: Sequence[tuple[float, float]],
+                   reading: str | None) -> list[Sample]:
+    """The samples whose power belongs to a window: for an averaged reading, only those
+    taken a whole averaging period after the window began (earlier ones average what ran before).
+
+    >>> s = [Sample(t, 1980, 2619, 100.0 * t) for t in (0.5, 1.5, 2.5)]
+    >>> [x.t for x in _power_samples(s, [(0.0, 3.0)], AVERAGE)], len(_power_samples(s, [(0.0, 0.9)], AVERAGE))
+    ([1.5, 2.5], 0)
+    >>> len(_power_samples(s, [(0.0, 0.9)], INSTANT))
+    1
+    """
+    lag = AVERAGING_S.get(reading or AVERAGE, 1.0)
+    return [s for s in samples if any(a + lag <= s.t <= b for a, b in windows)]
+
+
+def read_power_reading(path: Path) -> str | None:
+    """The sampler's first line says which power reading it took: ``# power instant``."""
+    try:
+        with path.open() as f:
+            first = f.readline().strip()
+    except OSError:
+        return None
+    value = first.removeprefix("# power ").strip() if first.startswith("# power ") else None
+    return value if value in AVERAGING_S else None
 
 
 def read_samples(path: Path) -> list[Sample]:
@@ -115,6 +156,8 @@ def read_samples(path: Path) -> list[Sample]:
     except OSError:
         return samples
     for line in text.splitlines():
+        if line.startswith("#"):
+            continue
         parts = line.split()
         if len(parts) != 4:
             continue  # a line cut short when the sampler was stopped
@@ -125,37 +168,47 @@ def read_samples(path: Path) -> list[Sample]:
     return samples
 
 
-def summarize_window(samples: Sequence[Sample]) -> Load | None:
-    """Medians over one timed region; ``None`` when no sample fell inside it (a region shorter than the period)."""
+def summarize_window(samples: Sequence[Sample], *, power: Sequence[Sample] | None = None,
+                     power_reading: str | None = INSTANT) -> Load | None:
+    """Medians over one timed region; ``None`` when no sample fell inside it (a region shorter than the period).
+
+    ``power`` are the samples whose power reading belongs to the region (all of them by default);
+    with none, the region has no power figure.
+    """
     if not samples:
         return None
+    power = samples if power is None else power
     return Load(
         sm_mhz=statistics.median(s.sm_mhz for s in samples),
         mem_mhz=statistics.median(s.mem_mhz for s in samples),
-        power_w=round(statistics.median(s.power_w for s in samples), 1),
+        power_w=round(statistics.median(s.power_w for s in power), 1) if power else None,
+        power_reading=power_reading if power else None,
         samples=len(samples),
     )
 
 
-def summarize_all(samples: Sequence[Sample], interval_ms: float) -> LoadSummary | None:
+def summarize_all(samples: Sequence[Sample], interval_ms: float, *, power: Sequence[Sample] | None = None,
+                  power_reading: str | None = INSTANT) -> LoadSummary | None:
     """Medians and extremes over every timed region of a record.
 
     >>> s = [Sample(0.0, 1980, 2619, 100.0), Sample(0.01, 1500, 2619, 690.0), Sample(0.02, 1410, 2619, 700.0)]
     >>> x = summarize_all(s, 10.0)
-    >>> x.sm_mhz_median, x.sm_mhz_min, x.power_w_max
-    (1500.0, 1410.0, 700.0)
+    >>> x.sm_mhz_median, x.sm_mhz_min, x.power_w_max, x.power_reading
+    (1500.0, 1410.0, 700.0, 'instant')
     """
     if not samples:
         return None
+    power = samples if power is None else power
     sm = [s.sm_mhz for s in samples]
-    power = [s.power_w for s in samples]
+    watts = [s.power_w for s in power]
     return LoadSummary(
         sm_mhz_median=statistics.median(sm),
         sm_mhz_min=min(sm),
         sm_mhz_max=max(sm),
         mem_mhz_median=statistics.median(s.mem_mhz for s in samples),
-        power_w_median=round(statistics.median(power), 1),
-        power_w_max=round(max(power), 1),
+        power_w_median=round(statistics.median(watts), 1) if watts else None,
+        power_w_max=round(max(watts), 1) if watts else None,
+        power_reading=power_reading if watts else None,
         samples=len(samples),
         interval_ms=interval_ms,
     )
@@ -186,14 +239,41 @@ def _sample_forever(index: int, interval_ms: float, out: Path) -> int:
     except Exception:  # noqa: BLE001 - nothing to read: the record will say nothing about load
         return 1
     period = interval_ms / 1e3
+    reading, read_power = _power_reader(pynvml, handle)
     with out.open("a", buffering=1) as f:
+        f.write(f"# power {reading}\n")
         while True:
             t = time.monotonic()
             sm = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
             mem = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)
-            power = pynvml.nvmlDeviceGetPowerUsage(handle) / 1000
+            power = read_power()
             f.write(f"{t:.6f} {sm} {mem} {power:.1f}\n")
             time.sleep(max(0.0, period - (time.monotonic() - t)))
+
+
+def _power_reader(pynvml, handle):
+    """(INSTANT, read) through the instantaneous field where the driver answers it, else
+    (AVERAGE, read) through ``nvmlDeviceGetPowerUsage``; ``read()`` gives watts."""
+    field = getattr(pynvml, "NVML_FI_DEV_POWER_INSTANT", 186)
+
+    def instant() -> float:
+        value = pynvml.nvmlDeviceGetFieldValues(handle, [field])[0]
+        if value.nvmlReturn != pynvml.NVML_SUCCESS:
+            raise RuntimeError("NVML_FI_DEV_POWER_INSTANT is not supported here")
+        number = {pynvml.NVML_VALUE_TYPE_DOUBLE: value.value.dVal,
+                  pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: value.value.uiVal,
+                  pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: value.value.ulVal,
+                  pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: value.value.ullVal}.get(value.valueType)
+        if number is None:
+            raise RuntimeError(f"NVML_FI_DEV_POWER_INSTANT has value type {value.valueType}")
+        return float(number) / 1000  # milliwatts
+
+    try:
+        if instant() > 0:
+            return INSTANT, instant
+    except Exception:  # noqa: BLE001 - an older driver or binding: fall back to the average
+        pass
+    return AVERAGE, lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000
 
 
 def main(argv: list[str] | None = None) -> int:

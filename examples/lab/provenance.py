@@ -19,13 +19,79 @@ from examples.lab.records import Machine, Run
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def source_sha256(path: Path) -> str:
-    """Hash of an example's source, to tell a current record from a stale one.
+#: Lab modules that only read, write or describe records: a change to them cannot move a
+#: figure, so it does not stale the records measured through them.
+BOOKKEEPING = frozenset({"examples.lab.records", "examples.lab.provenance", "examples.lab.cli",
+                         "examples.lab.registry", "examples.lab.compare", "examples.lab.__main__"})
+#: What every measurement runs through, whatever the example imports: the harness that times it.
+HARNESS = ("examples.lab.harness",)
 
-    Line endings are normalised so that a checkout on Windows hashes the same.
+
+def _module_path(name: str) -> Path | None:
+    """``examples.lab.timing`` -> its file under the repository (a package -> its ``__init__``)."""
+    base = REPO_ROOT.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported_examples(path: Path) -> set[str]:
+    """Every ``examples.*`` module ``path`` imports, at any depth of its code (a lazy import too)."""
+    import ast
+
+    names: set[str] = set()
+    package = ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts[:-1])
+    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # a relative import, from the file's own package
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            names.add(base)
+            names.update(f"{base}.{a.name}" for a in node.names)  # `from examples.lab import timing`
+    return {n for n in names if n.startswith("examples.") and _module_path(n)}
+
+
+def source_files(path: Path) -> list[Path]:
+    """What a measurement by the example at ``path`` runs: the example, every example module it
+    imports (transitively), and the harness modules, less the bookkeeping ones.
+
+    >>> [p.relative_to(REPO_ROOT).as_posix() for p in source_files(REPO_ROOT / "examples/lab/stats.py")]
+    ['examples/lab/harness.py', 'examples/lab/load.py', 'examples/lab/stats.py', 'examples/lab/timing.py']
     """
-    text = path.read_bytes().replace(b"\r\n", b"\n")
-    return hashlib.sha256(text).hexdigest()
+    path = path.resolve()
+    seen: dict[str, Path] = {}
+    todo = [path, *filter(None, map(_module_path, HARNESS))]
+    while todo:
+        current = todo.pop()
+        key = current.relative_to(REPO_ROOT).as_posix()
+        if key in seen:
+            continue
+        seen[key] = current
+        for name in _imported_examples(current):
+            if name not in BOOKKEEPING and name != "examples" and not name.endswith("__init__"):
+                module = _module_path(name)
+                if module is not None and module.name != "__init__.py":
+                    todo.append(module)
+    return [seen[k] for k in sorted(seen)]
+
+
+def source_sha256(path: Path) -> str:
+    """Hash of what the example at ``path`` measures with (:func:`source_files`), to tell a
+    current record from a stale one: a change to the example, to an example module it
+    imports, or to the harness stales it.
+
+    Each file enters as its repository path and its text, line endings normalised so that
+    a checkout on Windows hashes the same.
+    """
+    digest = hashlib.sha256()
+    for file in source_files(path):
+        digest.update(file.relative_to(REPO_ROOT).as_posix().encode() + b"\0")
+        digest.update(file.read_bytes().replace(b"\r\n", b"\n") + b"\0")
+    return digest.hexdigest()
 
 
 def slugify(text: str) -> str:

@@ -42,7 +42,9 @@ class Load(_Strict):
 
     sm_mhz: float = Field(ge=0)
     mem_mhz: float = Field(ge=0)
-    power_w: float = Field(ge=0)
+    power_w: float | None = Field(default=None, ge=0, description="none where the window was shorter than the reading")
+    power_reading: Literal["instant", "one-second average"] | None = Field(
+        default=None, description="NVML's instantaneous power field, or its one-second average (older records: unsaid)")
     samples: int = Field(ge=1)
 
 
@@ -53,8 +55,9 @@ class LoadSummary(_Strict):
     sm_mhz_min: float = Field(ge=0)
     sm_mhz_max: float = Field(ge=0)
     mem_mhz_median: float = Field(ge=0)
-    power_w_median: float = Field(ge=0)
-    power_w_max: float = Field(ge=0)
+    power_w_median: float | None = Field(default=None, ge=0)
+    power_w_max: float | None = Field(default=None, ge=0)
+    power_reading: Literal["instant", "one-second average"] | None = None
     samples: int = Field(ge=1)
     interval_ms: float = Field(gt=0, description="sampling period")
 
@@ -135,6 +138,8 @@ class Run(_Strict):
     dirty: bool | None
     command: str
     quick: bool
+    host_reference: dict[str, float] | None = Field(
+        default=None, description="this run's host speed: a bare Python call (ns) and a tiny device op (us)")
 
 
 class Method(_Strict):

@@ -102,6 +102,86 @@ def measure(
     # --8<-- [end:loop]
 
 
+# --8<-- [start:interleave]
+def round_order(names: Sequence[str], round_index: int) -> list[str]:
+    """The order of the variants in one round: forward, then backward (A B, B A, A B, ...).
+
+    Over any two rounds each variant runs once early and once late, so a drift of the
+    clocks, the power or the temperature falls on every variant alike.
+
+    >>> [round_order("ABC", r) for r in range(3)]
+    [['A', 'B', 'C'], ['C', 'B', 'A'], ['A', 'B', 'C']]
+    """
+    order = list(names)
+    return order if round_index % 2 == 0 else order[::-1]
+
+
+def measure_interleaved(
+    fns: dict[str, Callable[..., Any]],
+    *,
+    device: torch.device,
+    timer: str,
+    warmup: int,
+    repetitions: int,
+    inner: int = 1,
+    flush_l2: bool = False,
+    inputs: Sequence[tuple] | None = None,
+    on_call: Callable[[str], None] | None = None,
+) -> dict[str, list[float]]:
+    """Seconds per call of each variant, sampled in rounds: one sample of every variant
+    per round, in :func:`round_order`. Sample ``i`` of each variant comes from round ``i``,
+    so samples of two variants pair up by index (the ratio of a pair is a paired ratio).
+    """
+    if timer not in ("cuda_event", "host_sync"):
+        raise ValueError(f"interleaved timing takes 'cuda_event' or 'host_sync', not {timer!r}")
+    if timer == "cuda_event" and device.type != "cuda":
+        raise ValueError(f"timer 'cuda_event' needs a CUDA device; use 'host_sync' on {device.type}")
+    arguments = list(inputs) if inputs else [()]
+    calls = dict.fromkeys(fns, 0)
+
+    def call(name: str) -> None:
+        if on_call:
+            on_call(name)
+        fns[name](*arguments[calls[name] % len(arguments)])
+        calls[name] += 1
+
+    names = list(fns)
+    for r in range(warmup):
+        for name in round_order(names, r):
+            call(name)
+    _synchronize(device)
+
+    flush = L2Flusher(device) if flush_l2 else None
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(repetitions):
+        for name in round_order(names, r):
+            if flush:
+                flush()
+            samples[name].append(_one_sample(lambda: call(name), device=device, timer=timer, inner=inner))
+    return samples
+
+
+def _one_sample(call: Callable[[], None], *, device: torch.device, timer: str, inner: int) -> float:
+    """Seconds per call of ``inner`` back-to-back calls, by device events or a synchronized clock."""
+    if timer == "cuda_event":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(inner):
+            call()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / inner
+    _synchronize(device)
+    t0 = time.perf_counter_ns()
+    for _ in range(inner):
+        call()
+    _synchronize(device)
+    return (time.perf_counter_ns() - t0) / 1e9 / inner
+
+
+# --8<-- [end:interleave]
+
+
 def _do_bench(call: Callable[[], None], *, inner: int, flush_l2: bool) -> list[float]:
     """Triton's timer: events around each call; it clears the L2 itself between calls."""
     from triton.testing import do_bench
