@@ -2,10 +2,15 @@
 
 A chain of additions of two 16-element tensors does no real work, so the time per call
 is what Python, the dispatcher, autograd and (on a GPU) the launch cost. Each
-mode is timed as the average of many back-to-back chains on a host clock:
-plain tensors; a tensor that requires grad (autograd records a node per op);
-the same under ``torch.no_grad()``; and tensors made and used under
-``torch.inference_mode()``.
+mode is timed as the average of many back-to-back chains on a host clock, the
+four modes of a device interleaved in rounds (``Lab.compare``): plain tensors;
+a tensor that requires grad (autograd records a node per op); the same under
+``torch.no_grad()``; and tensors made and used under ``torch.inference_mode()``.
+
+All of it is host work, and hosts of one GPU kind differ by up to 2x, so each
+op's cost is also kept in units of this run's own tiny op
+(``lab.host_reference["tiny_op_us"]``, the enqueue of a one-element CUDA add):
+``per_tiny_op``, a figure that travels between hosts.
 """
 
 from __future__ import annotations
@@ -43,20 +48,33 @@ def op_under(mode: str, device: str):
 # --8<-- [end:modes]
 
 
+#: Warm-up rounds: each one runs every mode `calls` times, OPS ops a call.
+WARMUP_ROUNDS = 2
+
+
 def measure(lab) -> None:
     calls = 20 if lab.quick else 50  # 50 calls of 20 ops: milliseconds per sample, plenty for a host clock
+    tiny_op_us = lab.host_reference["tiny_op_us"]
     devices = ["cpu"] + (["cuda"] if lab.cuda else [])
     for device in devices:
+        chains = {}
         for mode in MODES:
             call, x, w = op_under(mode, device)
             lab.check(f"{device} {mode}", call(),
                       x.double() + w.detach().double(), tolerance=1e-6)
-            case = {"device": device, "mode": mode}
-            t = lab.time(call, case=case, metric="per_call", unit="us",
-                         timer="host_sync", inner=calls)
-            lab.value(case=case, metric="per_op", value=t.median / OPS,
+            chains[mode] = call
+        case = {"device": device}
+        timed = lab.compare(chains, case=case, key="mode", metric="per_call",
+                            unit="us", baseline="plain", timer="host_sync",
+                            inner=calls, warmup=WARMUP_ROUNDS)
+        for mode, t in timed.items():
+            row = {**case, "mode": mode}
+            lab.value(case=row, metric="per_op", value=t.median / OPS,
                       unit="us")
+            lab.value(case=row, metric="per_tiny_op", unit="x",
+                      value=t.median / OPS / tiny_op_us)
     # Entering a context manager costs too: time it alone.
+    entering = {}
     for mode in ("requires_grad + no_grad", "inference_mode"):
         ctx = torch.no_grad if "no_grad" in mode else torch.inference_mode
 
@@ -64,9 +82,10 @@ def measure(lab) -> None:
             with ctx():
                 pass
 
-        lab.time(enter_exit, case={"device": "none", "mode": f"{mode} "
-                                   "(entering the context alone)"},
-                 metric="per_call", unit="us", timer="host_sync", inner=calls)
+        entering[f"{mode} (entering the context alone)"] = enter_exit
+    lab.compare(entering, case={"device": "none"}, key="mode",
+                metric="per_call", unit="us", timer="host_sync", inner=calls,
+                warmup=WARMUP_ROUNDS)
 
 
 def main(argv=None) -> int:
