@@ -6,7 +6,8 @@ still works on this one. Anything that needs a value on the host (``.item()``,
 data, an ``if`` on a tensor) makes the CPU wait for the GPU to drain, every
 iteration. The example times a loop with and without each one, on a small
 (launch-bound) and a large (GPU-bound) step, and on a tiny one (one layer),
-runs each under
+all the loops of a step interleaved in rounds (``Lab.compare``) so that each
+slowdown is a ratio of two loops timed side by side; it runs each under
 ``torch.cuda.set_sync_debug_mode("warn")`` to see whether it is reported,
 and counts with the profiler what one call of each makes the GPU do: its
 kernels, its device-to-host copies and the CPU's waits for them.
@@ -132,22 +133,28 @@ def measure(lab) -> None:
         for w in step.__closure__[0].cell_contents:
             ref = torch.tanh(ref @ w.double())
         lab.check(f"{size} step", y, ref, tolerance=2e-2)
-        base = None
+        # The GPU-bound step runs for tens of milliseconds a loop: fewer
+        # repetitions give as steady a median. Warm-up rounds run every loop,
+        # `iterations` steps each: enough for cuBLAS's first calls.
+        fewer = ({"warmup": 2, "repetitions": 20}
+                 if size == "large" and not lab.quick else {"warmup": 3})
+        loops = {name: (lambda sync=sync: run_loop(step, x, sync, iterations))
+                 for name, sync in sync_points(sink).items()}
+        timed = lab.compare(loops, case={"step": size}, key="sync",
+                            metric="loop", unit="us", baseline="none",
+                            timer="host_sync", **fewer)
+        paired = {row.case["sync"]: row.metrics["speedup"]
+                  for row in lab.rows() if row.case.get("step") == size
+                  and "speedup" in row.metrics}
         for name, sync in sync_points(sink).items():
             case = {"step": size, "sync": name}
-            # The GPU-bound step runs for tens of milliseconds a loop: fewer
-            # repetitions give as steady a median.
-            fewer = ({"warmup": 5, "repetitions": 20}
-                     if size == "large" and not lab.quick else {})
-            t = lab.time(lambda: run_loop(step, x, sync, iterations),
-                         case=case, metric="loop", unit="us",
-                         timer="host_sync", **fewer)
-            per_iter = t.median / iterations
-            lab.value(case=case, metric="per_iteration", value=per_iter,
-                      unit="us")
-            base = base or per_iter
-            lab.value(case=case, metric="slowdown", value=per_iter / base,
-                      unit="x")
+            lab.value(case=case, metric="per_iteration",
+                      value=timed[name].median / iterations, unit="us")
+            # speedup is none / this loop within one round; its reciprocal is
+            # the paired slowdown, whose median is the reciprocal of the
+            # median speedup (exactly so for an odd count of rounds).
+            lab.value(case=case, metric="slowdown", unit="x",
+                      value=1 / paired[name].median if name in paired else 1.0)
             if size == "small":
                 lab.note(f"sync debug mode: {name}",
                          caught_by_debug_mode(step, x, sync))
