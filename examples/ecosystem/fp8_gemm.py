@@ -7,7 +7,9 @@ a Hopper GPU). The FP8 operands are cast and laid out once, before any
 timing: only ``torch._scaled_mm`` itself is timed, with cuBLASLt's fast
 (lower-precision) accumulation off and on. Each variant is checked against
 float64 products of its own operands, and its error against the FP32
-inputs is kept; then it is timed against a BF16 matmul of the same shape.
+inputs is kept; then the three are timed in interleaved rounds against a
+BF16 matmul of the same shape (``lab.compare``), and FP8's ``speedup`` is
+the paired ratio of the BF16 and FP8 samples of each round.
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ def fp8_matmul(a8, sa, b8_cm, sb, fast_accum=False) -> torch.Tensor:
 TOLERANCE = {"off": 1e-2, "on": 5e-2}
 
 
+#: The variants, as the record names them (its ``format``), and the fast
+#: accumulation flag of each FP8 one.
+FP8_VARIANTS = {"fp8 e4m3": False, "fp8 e4m3, fast accum": True}
+
+
 def measure_size(lab, n: int) -> None:
     a = torch.randn(n, n, device=lab.device)
     b = torch.randn(n, n, device=lab.device)
@@ -56,39 +63,32 @@ def measure_size(lab, n: int) -> None:
     (a8, sa), (b8, sb) = to_fp8(a), to_fp8(b)
     b8 = column_major(b8)  # laid out once, outside every timed region
     dequant = (a8.double() * sa) @ (b8.double() * sb)
+    variants = {"bf16": lambda: a16 @ b16}
     # Each kernel is right for the operands it was given ...
-    bf16 = a16 @ b16
-    lab.check(f"bf16 matmul, n={n}", bf16, a16.double() @ b16.double(),
-              tolerance=1e-2)
-    bf16_case = {"format": "bf16", "n": n}
-    lab.value(case=bf16_case, metric="error_vs_fp32", unit="",
-              value=((bf16.double() - exact).norm() / exact.norm()).item())
-    del bf16
-    flops = 2 * n**3
-    t16 = lab.time(lambda: a16 @ b16, case=bf16_case, metric="time",
-                   unit="ms").median
-    lab.value(case=bf16_case, metric="rate", unit="TFLOP/s",
-              value=flops / (t16 / 1e3) / 1e12)
-    for fast in ("off", "on"):
-        case = {"format": "fp8 e4m3", "n": n, "fast_accum": fast}
-        on = fast == "on"
-        out = fp8_matmul(a8, sa, b8, sb, fast_accum=on)
-        lab.check(f"fp8 _scaled_mm, fast_accum {fast}, n={n}", out, dequant,
-                  tolerance=TOLERANCE[fast])
+    outputs = {"bf16": (a16 @ b16, a16.double() @ b16.double(), 1e-2)}
+    for name, fast in FP8_VARIANTS.items():
+        variants[name] = (lambda fast=fast:
+                          fp8_matmul(a8, sa, b8, sb, fast_accum=fast))
+        outputs[name] = (variants[name](), dequant,
+                         TOLERANCE["on" if fast else "off"])
+    for name, (out, reference, tolerance) in outputs.items():
+        lab.check(f"{name} matmul, n={n}", out, reference, tolerance=tolerance)
         # ... and the format costs this much against the fp32 inputs.
-        lab.value(case=case, metric="error_vs_fp32", unit="",
-                  value=((out.double() - exact).norm() / exact.norm()).item())
-        del out
-        t8 = lab.time(lambda: fp8_matmul(a8, sa, b8, sb, fast_accum=on),
-                      case=case, metric="time", unit="ms").median
-        lab.value(case=case, metric="rate", unit="TFLOP/s",
-                  value=flops / (t8 / 1e3) / 1e12)
-        lab.value(case=case, metric="speedup", unit="x", value=t16 / t8)
-        if lab.cuda and n == max(sizes(lab)):
-            lab.note(f"kernels, fp8 fast_accum {fast}, n={n}", kernel_names(
-                lambda: fp8_matmul(a8, sa, b8, sb, fast_accum=on)))
+        lab.value(case={"format": name, "n": n}, metric="error_vs_fp32",
+                  unit="", value=((out.double() - exact).norm()
+                                  / exact.norm()).item())
+    del outputs, out, reference, dequant, exact
+    # Interleaved rounds: FP8's gain is the BF16 sample over the FP8 one of
+    # the same round (``speedup``), so that a drift in the power-limited
+    # clocks falls on both formats alike.
+    times = lab.compare(variants, case={"n": n}, key="format", metric="time",
+                        unit="ms", baseline="bf16")
+    for name, t in times.items():
+        lab.value(case={"format": name, "n": n}, metric="rate",
+                  unit="TFLOP/s", value=2 * n**3 / (t.median / 1e3) / 1e12)
     if lab.cuda and n == max(sizes(lab)):
-        lab.note(f"kernels, bf16, n={n}", kernel_names(lambda: a16 @ b16))
+        for name, fn in variants.items():
+            lab.note(f"kernels, {name}, n={n}", kernel_names(fn))
 
 
 def sizes(lab) -> tuple[int, ...]:
