@@ -119,7 +119,7 @@ def test_nccl_latency_record_on_gloo():
     for (method, _), metrics in sweep.items():
         assert set(metrics) == {"time", "algbw", "busbw", "vs_smallest"}
         t = metrics["time"]
-        assert t.method == "host clock, max over 2 ranks per sample" and t.n == 5
+        assert t.method == "host clock, max over 2 ranks per sample, interleaved rounds" and t.n == 5
         assert t.inner == (1 if method == "one call" else 8)
     # No graphs on the CPU: no graphed rows, no alpha, and a note that says so.
     assert not [r for r in record.results if r.case["part"] != "sweep"]
@@ -160,3 +160,59 @@ def test_ring_alpha_inverts_the_models_latency_term(gpus):
     alpha = lat.ring_alpha(t, gpus)
     assert ring_allreduce_seconds(gpus=gpus, nbytes=0, bandwidth=1e9,
                                   latency=alpha) == pytest.approx(t)
+
+
+# -- timing in ranks: examples.lab.timing.measure_rounds ------------------------
+from examples.lab.timing import measure_rounds, round_order  # noqa: E402
+
+
+def test_measure_rounds_order_before_and_pairing():
+    seen = []
+    fns = {name: (lambda name=name: seen.append(("call", name))) for name in "ABC"}
+    samples = measure_rounds(fns, device=torch.device("cpu"), warmup=1, repetitions=3,
+                             inner=2, before=lambda name: seen.append(("before", name)))
+    assert {k: len(v) for k, v in samples.items()} == {"A": 3, "B": 3, "C": 3}
+    assert all(t > 0 for v in samples.values() for t in v)
+    # Every sample: before(name) once, then `inner` calls; rounds in round_order.
+    expected = []
+    for r in range(4):  # one warm-up round and three kept
+        for name in round_order("ABC", r):
+            expected += [("before", name), ("call", name), ("call", name)]
+    assert seen == expected
+
+
+def _ddp_left_in_a_cycle(config, device):
+    """A DDP model dropped by `del` (it is in a reference cycle): when it is finally
+    collected, say whether the process group still existed."""
+    import gc
+    import weakref
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from examples.collectives.ddp_overlap import make_model, train_step
+
+    gc.disable()  # as when no automatic collection happens to come before exit
+    model = DDP(make_model(8, 1, device))
+    train_step(model, torch.randn(4, 8), True)
+    path = f"{config['keep']}/collected-{dist.get_rank()}.json"
+
+    def collected(path=path):
+        with open(path, "w") as f:
+            json.dump(dist.is_initialized(), f)
+
+    weakref.finalize(model, collected)
+    del model
+    return {}
+
+
+def test_rank_teardown_frees_ddp_before_the_process_group():
+    """The gloo teardown crash: a DDP model in a reference cycle kept the process group
+    alive until interpreter exit. _rank_main collects it while the group still exists."""
+    import pathlib
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as keep:
+        ring.spawn(_ddp_left_in_a_cycle, 2, "gloo", {"keep": keep})
+        for rank in (0, 1):
+            assert json.loads(pathlib.Path(keep, f"collected-{rank}.json").read_text()) is True

@@ -9,7 +9,8 @@ and the logits one all-gather: 65 collectives a token for 32 layers.
 
 On the same machine and in the same run this example times one GPU with
 the whole model and ``p`` GPUs with a slice each, both as CUDA graphs, and
-the collectives alone (the same 65 graphed), so the gap between the ``p``-GPU
+the collectives alone (the same 65 graphed), the three in alternating rounds
+(the speed-up is a median of paired ratios), so the gap between the ``p``-GPU
 step and ``1/p`` of the one-GPU step can be laid next to the communication it
 must contain. The ring model (Chapter 6) predicts one all-reduce from a
 latency and a bandwidth that this run measures: 1 KiB graphed (latency) and
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from dataclasses import replace
 
 import torch
@@ -29,8 +29,9 @@ import torch.distributed as dist
 from examples.capstone.model import (
     LLAMA3_8B, TINY, Config, Decoder, Layer, StaticCache, Weights, layer_step, prefill,
     random_weights, rope_tables)
-from examples.collectives.ring_allreduce import spawn
+from examples.collectives.ring_allreduce import lined_up, spawn
 from examples.collectives.ring_model import ring_allreduce_seconds
+from examples.lab.timing import measure_rounds
 
 #: Two GPUs at least (one collective needs two); the CPU path runs two gloo ranks.
 MIN_GPUS = 2
@@ -84,44 +85,26 @@ def _tp_layer(x, layer, keys, values, pos, cos, sin, config, linear):
     return layer_step(x, layer, keys, values, pos, cos, sin, config, linear, reduce=all_reduce)
 
 
-def _events_ms(fn, reps: int, warmup: int = 2) -> list[float]:
-    """Per-sample milliseconds of ``fn`` (CUDA events; a host clock on the CPU)."""
-    out = []
-    for i in range(warmup + reps):
-        if torch.cuda.is_available() and dist.get_backend() == "nccl":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            dist.barrier()
-            torch.cuda.synchronize()
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            ms = start.elapsed_time(end)
-        else:
-            dist.barrier()
-            t0 = time.perf_counter()
-            fn()
-            ms = (time.perf_counter() - t0) * 1e3
-        if i >= warmup:
-            out.append(ms)
-    return out
-
-
-def _generate(decoder: Decoder, first, step, steps: int) -> None:
+def _generate(decoder: Decoder, first, steps: int) -> None:
+    """``steps`` tokens from the same first token: the graph's replays, or eager."""
     decoder.reset(first)
-    for _ in range(steps):
-        step()
+    decoder.generate(steps)
 
 
-def _graphed(fn, calls: int):
-    """``calls`` of ``fn`` captured as one CUDA graph (after eager warm-up)."""
-    fn()
-    torch.cuda.synchronize()
+def _graphed(calls):
+    """One CUDA graph of ``calls`` (after an eager warm-up on a side stream): its replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for call in calls:
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()  # the warm-up's collectives done before capture begins
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    return graph
+        for call in calls:
+            call()
+    return graph.replay
 
 
 def worker(config: dict, device: torch.device) -> dict:
@@ -133,7 +116,7 @@ def worker(config: dict, device: torch.device) -> dict:
     prompt_len, steps = (PROMPT, STEPS) if full else (16, 4)
     max_len = prompt_len + steps
     reps = 8 if full else 3
-    out: dict = {"world": world}
+    out: dict = {"world": world, "steps": steps}
 
     w = random_weights(cfg, device, dtype)  # the same seed on every rank: the same model
     cos, sin = rope_tables(cfg, max_len + 1, device)
@@ -147,54 +130,66 @@ def worker(config: dict, device: torch.device) -> dict:
     whole.reset(first)
     whole.advance()
     reference = whole.logits.float().cpu()
-    if cuda:
-        whole.capture()
-    step = whole.graph.replay if cuda else whole.advance
-    out["one_gpu_ms"] = [ms / steps for ms in _events_ms(lambda: _generate(whole, first, step, steps), reps)]
-    del whole
 
     # p GPUs, a slice each. Its cache holds this rank's KV heads of the same prompt.
+    # Both stay in memory (16 GB and 8 GB of weights at full size), so that they
+    # can be timed in the same rounds.
     mine = shard(w, rank, world)
     kv = cfg.kv_heads // world
     tp_cache = StaticCache([k[:, rank * kv:(rank + 1) * kv].contiguous() for k in cache.keys],
                            [v[:, rank * kv:(rank + 1) * kv].contiguous() for v in cache.values])
-    del w, cache
-    if cuda:
-        torch.cuda.empty_cache()  # the whole model's 16 GB go back
     split = Decoder(mine, tp_cache, cos, sin, start=prompt_len, layer_fn=_tp_layer, head=gather_logits)
     split.reset(first)
     split.advance()
     logits = split.logits.float().cpu()
     if rank == 0:  # compared with lab.check by the parent process
         torch.save({"split": logits, "whole": reference}, os.path.join(config["out"], "check.pt"))
-    if cuda:
-        split.capture()
-    step = split.graph.replay if cuda else split.advance
-    out["tp_ms"] = [ms / steps for ms in _events_ms(lambda: _generate(split, first, step, steps), reps)]
     out["weights_gib"] = sum(t.nbytes for lay in mine.layers for t in lay) / 2**30
+
+    variants = {"one GPU": lambda: _generate(whole, first, steps),
+                "split": lambda: _generate(split, first, steps)}
     if cuda:
-        out.update(_communication(cfg, device, dtype, reps))
+        whole.capture()
+        split.capture()
+        variants["collectives"] = _token_collectives(cfg, device, dtype)
+    # The variants in alternating rounds (A B C, C B A, ...), every rank
+    # leaving a barrier before each sample: sample i of each comes from
+    # round i, so the speed-up is a ratio of paired samples.
+    samples = measure_rounds(variants, device=device, warmup=2, repetitions=reps,
+                             before=lined_up())
+    out["one_gpu_ms"] = [s * 1e3 / steps for s in samples["one GPU"]]
+    out["tp_ms"] = [s * 1e3 / steps for s in samples["split"]]
+    if cuda:
+        out["comm_ms"] = [s * 1e3 for s in samples["collectives"]]
+        out.update(_ring_inputs(cfg, device, dtype, reps))
     return out
 
 
-def _communication(cfg: Config, device, dtype, reps: int) -> dict:
-    """The token's collectives alone, graphed; and the ring model's two inputs."""
+def _token_collectives(cfg: Config, device, dtype):
+    """The token's collectives alone, as one CUDA graph: 2 all-reduces a layer, one all-gather."""
     world = dist.get_world_size()
     hidden = torch.randn(1, cfg.hidden, device=device, dtype=dtype)
     local = torch.randn(1, cfg.vocab // world, device=device, dtype=dtype)
-    per_token = _graphed(lambda: ([dist.all_reduce(hidden) for _ in range(2 * cfg.layers)],
-                                  gather_logits(local)), 1)
-    out = {"comm_ms": _events_ms(per_token.replay, reps)}
-    tiny = torch.zeros(512, device=device, dtype=dtype)  # 1 KiB: latency only
+    return _graphed([lambda: dist.all_reduce(hidden)] * (2 * cfg.layers)
+                    + [lambda: gather_logits(local)])
+
+
+def _ring_inputs(cfg: Config, device, dtype, reps: int) -> dict:
+    """The ring model's two inputs (1 KiB graphed: latency; 256 MiB: bandwidth) and the
+    8 KiB all-reduce it predicts, timed in the same rounds."""
     calls = 100
-    small = _graphed(lambda: dist.all_reduce(tiny), calls)
-    out["latency_1kib_us"] = [ms * 1e3 / calls for ms in _events_ms(small.replay, reps)]
-    one = _graphed(lambda: dist.all_reduce(hidden), calls)
-    out["allreduce_8kib_us"] = [ms * 1e3 / calls for ms in _events_ms(one.replay, reps)]
+    tiny = torch.zeros(512, device=device, dtype=dtype)  # 1 KiB: latency only
+    hidden = torch.randn(1, cfg.hidden, device=device, dtype=dtype)  # 8 KiB
     big = torch.zeros(128 << 20, device=device, dtype=dtype)  # 256 MiB: bandwidth
     dist.all_reduce(big)
-    out["allreduce_256mib_ms"] = _events_ms(lambda: dist.all_reduce(big), reps)
-    return out
+    samples = measure_rounds(
+        {"1 KiB": _graphed([lambda: dist.all_reduce(tiny)] * calls),
+         "8 KiB": _graphed([lambda: dist.all_reduce(hidden)] * calls),
+         "256 MiB": lambda: dist.all_reduce(big)},
+        device=device, warmup=2, repetitions=reps, before=lined_up())
+    return {"latency_1kib_us": [s * 1e6 / calls for s in samples["1 KiB"]],
+            "allreduce_8kib_us": [s * 1e6 / calls for s in samples["8 KiB"]],
+            "allreduce_256mib_ms": [s * 1e3 for s in samples["256 MiB"]]}
 
 
 # --8<-- [start:predict]
@@ -218,28 +213,34 @@ def measure(lab) -> None:
     saved = r["saved"]["check.pt"]
     lab.check(f"{world}-GPU step equals one GPU's", saved["split"], saved["whole"],
               tolerance=LOGIT_TOLERANCE)
-    method = "cuda_event on rank 0, 64 graphed tokens / 64" if lab.cuda else "host clock on rank 0"
+    clock, steps = ("cuda_event", f"{r['steps']} graphed") if lab.cuda else ("host clock", r["steps"])
+    method = f"{clock} on rank 0, {steps} tokens / {r['steps']}, interleaved rounds"
+    step = {"gpus": world, "part": "step"}
     one = lab.keep_samples(r["one_gpu_ms"], case={"gpus": 1, "part": "step"}, metric="ms_per_token",
                            unit="ms", method=method, warmup=2)
-    tp = lab.keep_samples(r["tp_ms"], case={"gpus": world, "part": "step"}, metric="ms_per_token",
-                          unit="ms", method=method, warmup=2)
-    lab.value(case={"gpus": world, "part": "step"}, metric="speedup", value=one.median / tp.median, unit="x")
-    lab.value(case={"gpus": world, "part": "step"}, metric="weights_per_gpu", value=r["weights_gib"], unit="GiB")
+    tp = lab.keep_samples(r["tp_ms"], case=step, metric="ms_per_token", unit="ms", method=method, warmup=2)
+    # Sample i of both ran in round i: the speed-up is the median of paired ratios, with their spread.
+    lab.keep_samples([a / b for a, b in zip(r["one_gpu_ms"], r["tp_ms"], strict=True)], case=step,
+                     metric="speedup", unit="x", method=f"paired ratio 1 GPU / {world} GPUs, {method}")
+    lab.value(case=step, metric="weights_per_gpu", value=r["weights_gib"], unit="GiB")
     if not lab.cuda:
         return
     comm = lab.keep_samples(r["comm_ms"], case={"gpus": world, "part": "collectives"}, metric="ms_per_token",
-                            unit="ms", method="cuda_event on rank 0, 64 all-reduces + 1 all-gather graphed",
-                            warmup=2)
+                            unit="ms", method="cuda_event on rank 0, 64 all-reduces + 1 all-gather graphed, "
+                            "interleaved rounds with the steps", warmup=2)
     overhead = tp.median - one.median / world  # what splitting did not remove
-    lab.value(case={"gpus": world, "part": "step"}, metric="over_ideal", value=overhead, unit="ms")
-    lab.value(case={"gpus": world, "part": "step"}, metric="comm_share_of_gap",
+    lab.value(case=step, metric="over_ideal", value=overhead, unit="ms")
+    lab.value(case=step, metric="comm_share_of_gap",
               value=comm.median / overhead if overhead > 0 else 0.0, unit="x")
     lat = lab.keep_samples(r["latency_1kib_us"], case={"gpus": world, "part": "all-reduce 1 KiB"},
-                           metric="time", unit="us", method="cuda_event on rank 0, 100 graphed / 100", warmup=2)
+                           metric="time", unit="us", method="cuda_event on rank 0, 100 graphed / 100, interleaved rounds",
+                           warmup=2)
     big = lab.keep_samples(r["allreduce_256mib_ms"], case={"gpus": world, "part": "all-reduce 256 MiB"},
-                           metric="time", unit="ms", method="cuda_event on rank 0, one call", warmup=3)
+                           metric="time", unit="ms", method="cuda_event on rank 0, one call, interleaved rounds",
+                           warmup=2)
     hid = lab.keep_samples(r["allreduce_8kib_us"], case={"gpus": world, "part": "all-reduce 8 KiB"},
-                           metric="time", unit="us", method="cuda_event on rank 0, 100 graphed / 100", warmup=2)
+                           metric="time", unit="us", method="cuda_event on rank 0, 100 graphed / 100, interleaved rounds",
+                           warmup=2)
     predicted = predicted_allreduce_us(8192, world, lat.median, 256 << 20, big.median)
     lab.value(case={"gpus": world, "part": "all-reduce 8 KiB"}, metric="predicted", value=predicted, unit="us")
     lab.value(case={"gpus": world, "part": "all-reduce 8 KiB"}, metric="measured_over_model",

@@ -25,7 +25,8 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from examples.collectives.ring_allreduce import _timer, spawn
+from examples.collectives.ring_allreduce import lined_up, spawn
+from examples.lab.timing import measure_rounds
 
 
 #: On a GPU machine this topic needs two GPUs (DDP needs at least two to communicate); the CPU path runs two gloo ranks.
@@ -72,9 +73,10 @@ def train_step(model: DDP, x: torch.Tensor, communicate: bool) -> None:
 
 def worker(config: dict, device: torch.device) -> dict:
     torch.manual_seed(0)  # every rank starts from the same weights anyway
-    timer, result = _timer(device), {"steps": {}, "buckets": {}}
+    result = {"buckets": {}}
     x = torch.randn(config["tokens"], config["width"], device=device)
     x += dist.get_rank()  # each rank its own batch
+    models, steps = {}, {}
     for name, (cap, communicate) in VARIANTS.items():
         sizes: list[int] = []
         model = DDP(make_model(config["width"], config["layers"], device),
@@ -84,13 +86,16 @@ def worker(config: dict, device: torch.device) -> dict:
             sizes.clear()
             train_step(model, x, communicate)
         result["buckets"][name] = list(sizes)
-        result["steps"][name] = [
-            timer(lambda: train_step(model, x, communicate), 1)
-            for _ in range(config["reps"])
-        ]
-        if device.type == "cuda" and name.endswith("(default)"):
-            result["trace"] = trace_one_step(model, x)
-        del model
+        models[name] = model
+        steps[name] = (lambda m=model, c=communicate: train_step(m, x, c))
+    # The variants in alternating rounds (A B C, C B A, ...), both ranks
+    # leaving a barrier before every step: step i of each variant comes from
+    # round i, so a drift of clocks or heat falls on all three alike.
+    result["steps"] = measure_rounds(steps, device=device, warmup=2,
+                                     repetitions=config["reps"],
+                                     before=lined_up())
+    if device.type == "cuda":
+        result["trace"] = trace_one_step(models[next(iter(VARIANTS))], x)
     return result
 
 
@@ -179,21 +184,26 @@ def measure(lab) -> None:
             for k, v in saved.items():
                 os.environ.pop(k, None) if v is None else os.environ.update({k: v})
         debug = nccl_debug_lines(Path(logs)) if cuda else []
-    method = f"{'cuda_event' if cuda else 'host clock'}, rank 0"
-    base = None
+    method = (f"{'cuda_event' if cuda else 'host clock'}, rank 0, "
+              "interleaved rounds")
+    default = next(iter(VARIANTS))
     for name, samples in r["steps"].items():
         case = {"variant": name, "gpus": world}
-        t = lab.keep_samples([s * 1e3 for s in samples], case=case,
-                             metric="step", unit="ms", method=method)
+        lab.keep_samples([s * 1e3 for s in samples], case=case,
+                         metric="step", unit="ms", method=method)
         sizes = r["buckets"][name]
         if name != "no communication":
             lab.value(case=case, metric="buckets", value=len(sizes), unit="")
             lab.value(case=case, metric="largest_bucket", unit="MiB",
                       value=max(sizes) / 2**20)
-        if base is None:
-            base = t.median
-        lab.value(case=case, metric="vs_default", unit="x",
-                  value=t.median / base)
+        if name == default:
+            lab.value(case=case, metric="vs_default", unit="x", value=1.0)
+            continue
+        # Step i of both variants ran in round i: a paired ratio per round.
+        lab.keep_samples(
+            [a / b for a, b in zip(samples, r["steps"][default], strict=True)],
+            case=case, metric="vs_default", unit="x",
+            method=f"paired ratio {name} / {default}, {method}")
     lab.note("bucket sizes, default (MiB, in all-reduce order)",
              [round(s / 2**20, 2) for s in r["buckets"][next(iter(VARIANTS))]])
     params = config["layers"] * (config["width"] ** 2 + config["width"])

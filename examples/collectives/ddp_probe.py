@@ -37,9 +37,9 @@ from examples.collectives.ddp_overlap import (
     recording_hook,
     train_step,
 )
-from examples.collectives.nccl_latency import aligned_samples
-from examples.collectives.ring_allreduce import _timer, spawn
+from examples.collectives.ring_allreduce import lined_up, spawn
 from examples.collectives.ring_model import bus_bandwidth
+from examples.lab.timing import measure_rounds
 
 #: On a GPU machine this topic needs two GPUs; the CPU path runs two gloo
 #: ranks. It always runs two ranks, on a machine with more GPUs too.
@@ -244,22 +244,17 @@ def time_all_reduce(config: dict, device, sizes: list[int]) -> dict:
     runs calls_per_sample(n) all-reduces in a row: no compute between them,
     so each rank is ready for the next one when its peer is.
     """
-    rank, timer, times = dist.get_rank(), _timer(device), {}
+    rank, times = dist.get_rank(), {}
     for nbytes in sizes:
         x0 = rank_input(config["seed"], rank, nbytes // 4).to(device)
         x = x0.clone()
         dist.all_reduce(x)  # the checked call
         torch.save(sample(x), Path(config["out"], f"sum-{nbytes}-{rank}.pt"))
-        inner = calls_per_sample(nbytes)
-
-        def calls(x=x, inner=inner):
-            for _ in range(inner):
-                dist.all_reduce(x)
-
-        samples = aligned_samples(calls, lambda x=x, x0=x0: x.copy_(x0),
-                                  timer, device, warmup=config["warmup"],
-                                  reps=config["reps"])
-        times[str(nbytes)] = [s / inner for s in samples]
+        times[str(nbytes)] = measure_rounds(  # seconds per call
+            {"alone": lambda x=x: dist.all_reduce(x)}, device=device,
+            warmup=config["warmup"], repetitions=config["reps"],
+            inner=calls_per_sample(nbytes),
+            before=lined_up(lambda _, x=x, x0=x0: x.copy_(x0)))["alone"]
     return times
 
 

@@ -18,8 +18,9 @@ import zlib
 import torch
 import torch.distributed as dist
 
-from examples.collectives.ring_allreduce import _timer, spawn
+from examples.collectives.ring_allreduce import lined_up, spawn
 from examples.collectives.ring_model import bus_bandwidth
+from examples.lab.timing import measure_rounds
 
 #: On a GPU machine this topic needs two GPUs (a collective needs at least
 #: two); the CPU path runs two gloo ranks.
@@ -89,28 +90,10 @@ def methods(bufs: list[torch.Tensor], graphed: bool) -> dict:
 # --8<-- [end:methods]
 
 
-# --8<-- [start:aligned]
-def aligned_samples(fn, reset, timer, device, *, warmup, reps):
-    """Seconds per sample of fn, every rank starting together, same data."""
-    out = []
-    for i in range(warmup + reps):
-        reset()  # the sums never grow sample after sample
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        dist.barrier()  # ranks leave within microseconds of each other
-        t = timer(fn, 1)
-        if i >= warmup:
-            out.append(t)
-    return out
-
-
-# --8<-- [end:aligned]
-
-
 def latency(config: dict, device: torch.device) -> dict:
     """One rank: check, then time every size every way; save per rank."""
     rank = dist.get_rank()
-    timer, calls, times = _timer(device), config["calls"], {}
+    calls, times = config["calls"], {}
     graphed = device.type == "cuda"
     alive = []  # every buffer and graph stays until the end: NCCL may have
     # registered a captured buffer, so none is freed while it might be used
@@ -123,7 +106,7 @@ def latency(config: dict, device: torch.device) -> dict:
         x = x0.clone()
         bufs = list(x.unbind())
 
-        def reset(x=x, x0=x0):
+        def reset(_=None, x=x, x0=x0):
             x.copy_(x0)
 
         # Eager first: it is checked, and it connects whatever NCCL chose
@@ -138,11 +121,16 @@ def latency(config: dict, device: torch.device) -> dict:
             ways["graphed"][0]()
             saved["graphed"] = [x[0].cpu(), x[-1].cpu()]
         torch.save(saved, f"{config['out']}/check-{nbytes}-{rank}.pt")
-        for name, (fn, count) in ways.items():
-            samples = aligned_samples(fn, reset, timer, device,
-                                      warmup=config["warmup"],
-                                      reps=config["reps"])
-            times[f"{name}|{nbytes}"] = [t / count for t in samples]
+        # --8<-- [start:aligned]
+        # The ways in alternating rounds (A B C, C B A, ...); before every
+        # sample the messages are restored and a barrier releases all ranks.
+        samples = measure_rounds({name: fn for name, (fn, _) in ways.items()},
+                                 device=device, warmup=config["warmup"],
+                                 repetitions=config["reps"],
+                                 before=lined_up(reset))
+        for name, (_, count) in ways.items():
+            times[f"{name}|{nbytes}"] = [t / count for t in samples[name]]
+        # --8<-- [end:aligned]
         alive.append((x0, x, ways))
     if graphed:
         torch.cuda.synchronize()
@@ -195,17 +183,17 @@ def measure(lab) -> None:
                           want.repeat(p), tolerance=tolerance)
 
     clock = "cuda_event" if cuda else "host clock"
-    how = f"{clock}, max over {p} ranks per sample"
-    t, cases = {}, {}
+    how = f"{clock}, max over {p} ranks per sample, interleaved rounds"
+    t, cases, worst = {}, {}, {}
     for way in ways:
         inner = 1 if way == "one call" else config["calls"]
         for nbytes in config["sizes"]:
             key = f"{way}|{nbytes}"
             per_rank = [saved[f"times-{k}.pt"][key] for k in range(p)]
-            worst = [max(s) * 1e6 for s in zip(*per_rank)]
+            worst[way, nbytes] = [max(s) * 1e6 for s in zip(*per_rank)]
             case = {"part": "sweep", "bytes": nbytes, "method": way, "gpus": p}
             t[way, nbytes] = lab.keep_samples(
-                worst, case=case, metric="time", unit="us", method=how,
+                worst[way, nbytes], case=case, metric="time", unit="us", method=how,
                 warmup=config["warmup"], inner=inner).median
             cases[way, nbytes] = case
     for (way, nbytes), case in cases.items():
@@ -216,9 +204,12 @@ def measure(lab) -> None:
                                       algbw=algbw) / 1e9)
         lab.value(case=case, metric="vs_smallest", unit="x",
                   value=t[way, nbytes] / t[way, config["sizes"][0]])
-        if cuda and way != "graphed":
-            lab.value(case=case, metric="vs_graphed", unit="x",
-                      value=t[way, nbytes] / t["graphed", nbytes])
+        if cuda and way != "graphed":  # sample i of each: the same round
+            lab.keep_samples(
+                [a / b for a, b in zip(worst[way, nbytes],
+                                       worst["graphed", nbytes], strict=True)],
+                case=case, metric="vs_graphed", unit="x",
+                method=f"paired ratio {way} / graphed, {how}")
     lab.note("ranks", f"{p} ({backend}), one process per rank")
     if not cuda:
         lab.note("graphed", "skipped: CUDA graphs need a GPU; gloo on the "

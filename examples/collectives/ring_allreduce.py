@@ -9,12 +9,12 @@ the hand ring, and the model fed with the measured link. Any number of GPUs.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -25,6 +25,7 @@ from examples.collectives.ring_model import (
     bus_bandwidth,
     ring_allreduce_seconds,
 )
+from examples.lab.timing import measure_rounds
 
 #: NVLink multicast (NVLS) stays off in every process the book starts: the
 #: ring is what the model describes, and multicast can wedge shared GPUs.
@@ -102,12 +103,49 @@ def _rank_main(rank: int, world: int, worker, config: dict) -> None:
         result = worker(config, device)
         if rank == 0:
             Path(config["out"], "rank0.json").write_text(json.dumps(result))
-        dist.barrier()
+        del result
+        _quiesce(device)
+        dist.barrier()  # no rank leaves while a peer still communicates
     finally:
         dist.destroy_process_group()
+        gc.collect()  # the process group's last owners go while Python is whole
+
+
+def _quiesce(device: torch.device) -> None:
+    """Free what the worker left in reference cycles, and finish the device's work.
+
+    A DDP model sits in a reference cycle: ``del model`` leaves it, its reducer and
+    the process group it holds to the garbage collector, which may first run at
+    interpreter exit. Gloo's worker threads are then joined during finalization,
+    and a tensor they still hold takes the GIL from a dying interpreter: SIGABRT,
+    "terminate called without an active exception" (pytorch/pytorch#179291). Freed
+    here, they go while every rank is still alive and connected.
+    """
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 # --8<-- [end:spawn]
+
+
+# --8<-- [start:lined_up]
+def lined_up(reset=None):
+    """``before`` for :func:`~examples.lab.timing.measure_rounds` in a rank:
+    restore the inputs (``reset(variant)``), let the device finish, then leave a
+    barrier with every other rank, so that all ranks start each sample together."""
+
+    def before(name: str) -> None:
+        if reset is not None:
+            reset(name)
+        if torch.cuda.is_available() and dist.get_backend() == "nccl":
+            torch.cuda.synchronize()
+        dist.barrier()
+
+    return before
+
+
+# --8<-- [end:lined_up]
 
 
 CHECK_SIZES = (1, 17, 1_000_003)  # fewer elements than ranks; uneven chunks
@@ -126,47 +164,11 @@ def check_ring(config: dict, device: torch.device) -> None:
                    Path(config["out"], f"check-{n}-{rank}.pt"))
 
 
-def _timer(device):
-    """Seconds for ``inner`` calls of fn: CUDA events or a host clock."""
-
-    def run(fn, inner):
-        if device.type == "cuda":
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(inner):
-                fn()
-            end.record()
-            torch.cuda.synchronize()
-            return start.elapsed_time(end) / 1e3 / inner
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        return (time.perf_counter() - t0) / inner
-
-    return run
-
-
-def _samples(fn, reset, timer, *, inner, warmup, reps):
-    for _ in range(warmup):
-        reset()
-        timer(fn, inner)
-    out = []
-    for _ in range(reps):
-        reset()  # the same values every sample: sums do not grow to inf
-        out.append(timer(fn, inner))
-    return out
-
-
-def _nothing():
-    return None
-
-
 # --8<-- [start:sweep]
 def sweep(config: dict, device: torch.device) -> dict:
     rank, p = dist.get_rank(), dist.get_world_size()
     right, left = (rank + 1) % p, (rank - 1) % p
-    timer, reps, result = _timer(device), config["reps"], {}
+    reps, result = config["reps"], {}
     check_ring(config, device)
 
     # The link, measured with one ring step: send M right, receive M from left.
@@ -174,30 +176,33 @@ def sweep(config: dict, device: torch.device) -> dict:
     for nbytes in (4, config["link_bytes"]):
         a = torch.randn(nbytes // 4, device=device)
         b = torch.empty_like(a)
-        link[nbytes] = _samples(
-            lambda: _exchange(a, right, b, left), _nothing, timer,
-            inner=config["inner"](nbytes), warmup=3, reps=reps,
-        )
+        link[nbytes] = measure_rounds(
+            {"step": lambda: _exchange(a, right, b, left)}, device=device,
+            warmup=3, repetitions=reps, inner=config["inner"](nbytes),
+            before=lined_up())["step"]
     result["link"] = link
 
+    # NCCL and the hand ring in alternating rounds (A B, B A, ...): sample i
+    # of both comes from round i, so their ratio is paired, drift and all.
     result["sweep"] = {}
     for nbytes in config["sizes"]:
         x0 = torch.randn(nbytes // 4, device=device)
         x = x0.clone()
         runs = {"dist.all_reduce": lambda: dist.all_reduce(x),
                 "hand ring": lambda: ring_all_reduce(x)}
-        for impl, fn in runs.items():
-            result["sweep"][f"{impl}|{nbytes}"] = _samples(
-                fn, lambda: x.copy_(x0), timer,
-                inner=config["inner"](nbytes), warmup=3, reps=reps,
-            )
+        samples = measure_rounds(  # the same values every sample: no inf
+            runs, device=device, warmup=3, repetitions=reps,
+            inner=config["inner"](nbytes),
+            before=lined_up(lambda _: x.copy_(x0)))
+        for impl, times in samples.items():
+            result["sweep"][f"{impl}|{nbytes}"] = times
         del x0, x
     # --8<-- [end:sweep]
-    result["collectives"] = _other_collectives(config, device, timer)
+    result["collectives"] = _other_collectives(config, device)
     return result
 
 
-def _other_collectives(config, device, timer) -> dict:
+def _other_collectives(config, device) -> dict:
     """Each collective at one total size S, timed for nccl-tests' busbw."""
     if device.type != "cuda":
         return {}  # gloo has no reduce-scatter; NCCL runs them all
@@ -213,9 +218,11 @@ def _other_collectives(config, device, timer) -> dict:
         "reduce": lambda: dist.reduce(full, dst=0),
         "all_to_all": lambda: dist.all_to_all_single(out, full),
     }
+    # Different collectives, not variants of one: each has its own loop.
     return {
-        name: _samples(fn, lambda: full.normal_(), timer, inner=1,
-                       warmup=3, reps=config["reps"])
+        name: measure_rounds({name: fn}, device=device, warmup=3,
+                             repetitions=config["reps"],
+                             before=lined_up(lambda _: full.normal_()))[name]
         for name, fn in calls.items()
     }
 
@@ -265,11 +272,18 @@ def measure(lab) -> None:
         nbytes = int(nbytes)
         case = {"part": "sweep", "bytes": nbytes, "gpus": p, "impl": impl}
         t = lab.keep_samples([s * 1e6 for s in samples], case=case,
-                             metric="time", unit="us", method=method)
+                             metric="time", unit="us",
+                             method=f"{method}, interleaved rounds")
         algbw = nbytes / (t.median / 1e6)
         lab.value(case=case, metric="algbw", value=algbw / 1e9, unit="GB/s")
         lab.value(case=case, metric="busbw", unit="GB/s",
                   value=bus_bandwidth("all_reduce", gpus=p, algbw=algbw) / 1e9)
+        if impl == "hand ring":  # NCCL's time over the ring's, round by round
+            nccl = r["sweep"][f"dist.all_reduce|{nbytes}"]
+            lab.keep_samples([a / b for a, b in zip(nccl, samples, strict=True)],
+                             case=case, metric="speedup", unit="x",
+                             method=f"paired ratio dist.all_reduce / hand ring,"
+                                    f" {method}, interleaved rounds")
         model = ring_allreduce_seconds(gpus=p, nbytes=nbytes, bandwidth=bw,
                                        latency=alpha)
         lab.value(case=case, metric="model_ratio", unit="x",

@@ -182,6 +182,42 @@ def _one_sample(call: Callable[[], None], *, device: torch.device, timer: str, i
 # --8<-- [end:interleave]
 
 
+def measure_rounds(
+    fns: dict[str, Callable[[], Any]],
+    *,
+    device: torch.device,
+    warmup: int,
+    repetitions: int,
+    inner: int = 1,
+    before: Callable[[str], None] | None = None,
+) -> dict[str, list[float]]:
+    """Seconds per call of each variant, in rounds of :func:`round_order`, with
+    ``before(name)`` run untimed before every sample (the warm-up rounds' too).
+
+    Made for processes that time together, the ranks of ``torch.distributed``: every
+    rank issues the same calls in the same order (the order of a round depends on its
+    index only), and ``before`` may restore a variant's inputs and line the ranks up
+    with a barrier, so that no sample starts before its peers. The device is idle when
+    a sample starts; the clock is the harness's (CUDA events on a GPU, a synchronized
+    host clock elsewhere). Sample ``i`` of every variant comes from round ``i``, so
+    the samples of two variants pair up by index, as :func:`measure_interleaved`'s
+    do; one variant alone is a plain timing loop. The warm-up rounds are the same
+    rounds, timed and dropped.
+    """
+    timer = "cuda_event" if device.type == "cuda" else "host_sync"
+    names = list(fns)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(warmup + repetitions):
+        for name in round_order(names, r):
+            if before is not None:
+                before(name)
+            _synchronize(device)
+            t = _one_sample(fns[name], device=device, timer=timer, inner=inner)
+            if r >= warmup:
+                samples[name].append(t)
+    return samples
+
+
 def _do_bench(call: Callable[[], None], *, inner: int, flush_l2: bool) -> list[float]:
     """Triton's timer: events around each call; it clears the L2 itself between calls."""
     from triton.testing import do_bench
