@@ -74,38 +74,56 @@ def measure(lab) -> None:
     a = torch.randn(n, n, generator=g, device=lab.device)
     b = torch.randn(n, n, generator=g, device=lab.device)
     reference = a.double() @ b.double()
-    fp32_time = None
-    matmul = torch.backends.cuda.matmul
+    checked = slice(0, 512)  # rows the host compares in float64
+    calls = {}
     for name, dtype, precision, fp16_acc in modes(lab.cuda):
+        x, y = a.to(dtype), b.to(dtype)
+        call = in_mode(lambda x=x, y=y: x @ y, precision, fp16_acc)
+        out = call()
+        lab.check(name, out[checked], reference[checked],
+                  tolerance=TOLERANCE[name])
+        case = {"precision": name, "n": n}
+        # Error of the whole path (inputs rounded to dtype), and of the
+        # arithmetic alone (reference from the rounded inputs).
+        lab.value(case=case, metric="relative_error",
+                  value=relative_error(out, reference), unit="")
+        rounded = x.double() @ y.double()
+        lab.value(case=case, metric="arithmetic_error",
+                  value=relative_error(out, rounded), unit="")
+        del out, rounded
+        calls[name] = call
+    # Every precision in alternating rounds, so that all see the same
+    # clocks; speedup_vs_fp32 is FP32's time over the other's in one round
+    # (the median of those paired ratios). Each call takes milliseconds:
+    # five warm-up rounds are plenty.
+    times = lab.compare(calls, case={"n": n}, key="precision", metric="time",
+                        unit="ms", baseline="fp32",
+                        speedup_metric="speedup_vs_fp32",
+                        warmup=min(lab.warmup, 5))
+    for name, t in times.items():
+        lab.value(case={"precision": name, "n": n}, metric="rate",
+                  value=2 * n**3 / (t.median / 1e3) / 1e12, unit="TFLOP/s")
+    if lab.cuda:
+        convolution(lab)
+
+
+def in_mode(fn, precision: str, fp16_acc: bool):
+    """``fn`` run with this float32 matmul precision (and float16
+    accumulation allowed or not), the defaults restored after each call."""
+    matmul = torch.backends.cuda.matmul
+
+    def call():
         torch.set_float32_matmul_precision(precision)
         if fp16_acc:
             matmul.allow_fp16_accumulation = True
         try:
-            x, y = a.to(dtype), b.to(dtype)
-            lab.check(name, x @ y, reference, tolerance=TOLERANCE[name])
-            case = {"precision": name, "n": n}
-            # Error of the whole path (inputs rounded to dtype), and of the
-            # arithmetic alone (reference from the rounded inputs).
-            out = x @ y
-            lab.value(case=case, metric="relative_error",
-                      value=relative_error(out, reference), unit="")
-            rounded = x.double() @ y.double()
-            lab.value(case=case, metric="arithmetic_error",
-                      value=relative_error(out, rounded), unit="")
-            del out, rounded
-            t = lab.time(lambda: x @ y, case=case, metric="time", unit="ms")
-            lab.value(case=case, metric="rate",
-                      value=2 * n**3 / (t.median / 1e3) / 1e12,
-                      unit="TFLOP/s")
-            fp32_time = fp32_time or t.median
-            lab.value(case=case, metric="speedup_vs_fp32",
-                      value=fp32_time / t.median, unit="x")
+            return fn()
         finally:
             if fp16_acc:
                 matmul.allow_fp16_accumulation = False
             torch.set_float32_matmul_precision("highest")
-    if lab.cuda:
-        convolution(lab)
+
+    return call
 
 
 # --8<-- [start:conv]
@@ -118,15 +136,21 @@ def convolution(lab) -> None:
     conv = torch.nn.functional.conv2d
     reference = conv(x.double(), w.double(), padding=1)
     default = torch.backends.cudnn.allow_tf32
+    calls = {}
     for allow in (default, not default):
-        torch.backends.cudnn.allow_tf32 = allow
-        case = {"precision": f"conv fp32, cudnn.allow_tf32={allow}"}
-        out = conv(x, w, padding=1)
-        lab.value(case=case, metric="relative_error",
-                  value=relative_error(out, reference), unit="")
-        lab.time(lambda: conv(x, w, padding=1), case=case, metric="time",
-                 unit="ms")
-    torch.backends.cudnn.allow_tf32 = default
+        def call(allow=allow):
+            torch.backends.cudnn.allow_tf32 = allow
+            try:
+                return conv(x, w, padding=1)
+            finally:
+                torch.backends.cudnn.allow_tf32 = default
+
+        name = f"conv fp32, cudnn.allow_tf32={allow}"
+        lab.value(case={"precision": name}, metric="relative_error",
+                  value=relative_error(call(), reference), unit="")
+        calls[name] = call
+    lab.compare(calls, case={}, key="precision", metric="time", unit="ms",
+                warmup=min(lab.warmup, 5))
 
 
 # --8<-- [end:conv]

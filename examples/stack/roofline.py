@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from examples.compile.fusion import interleaved
 from examples.lab.timing import L2Flusher
 from examples.measuring.cpu_bound_trap import kernel_durations
 from examples.stack.roofline_model import ridge_point
@@ -80,6 +81,11 @@ def timed(lab, fn, case, nbytes, flops=0.0):
                              between=L2Flusher(lab.device)),
             case=case, metric="kernel", unit="us",
             method="CUPTI kernel duration, L2 flushed")
+    return keep_rates(lab, case, t, nbytes, flops)
+
+
+def keep_rates(lab, case, t, nbytes, flops=0.0):
+    """Keep the bandwidth and, if it computes, the rate of time ``t``."""
     seconds = t.median * 1e-6
     bandwidth = nbytes / seconds / 1e9
     lab.value(case=case, metric="bandwidth", value=bandwidth, unit="GB/s")
@@ -99,33 +105,56 @@ def measure(lab) -> None:
     points = []  # (case, GB/s, TFLOP/s) of every kernel under the roofs
 
     # Three streams far larger than the L2: the best is the memory roof.
+    # They run in alternating rounds, so that the add's lead over the copy
+    # is not the GPU's drift from one to the other.
     src = torch.randn(big * big, device=dev, dtype=dtype)
     dst = torch.empty_like(src)
     dst.copy_(src)
     lab.check("copy", dst, src, tolerance=0)
-    copy = {"op": "copy", "n": big, "intensity": 0}  # no FLOPs
-    points.append((copy, *timed(lab, lambda: dst.copy_(src), copy,
-                                2 * src.numel() * elem)))
-    del dst
     ones = torch.rand(big * big, device=dev, dtype=dtype)  # no cancelling
     lab.check("sum", ones.sum().reshape(1), ones.double().sum().reshape(1),
               tolerance=1e-2)
-    flops, nbytes = work("sum", big, elem)
-    read = {"op": "sum", "n": big, "intensity": round(flops / nbytes, 3)}
-    points.append((read, *timed(lab, lambda: ones.sum(), read, nbytes,
-                                flops)))
-    del src, ones
+    a = torch.randn(big, big, device=dev, dtype=dtype)
+    b = torch.randn(big, big, device=dev, dtype=dtype)
+    rows = slice(0, 64)
+    lab.check(f"add n={big}", (a + b)[rows],
+              a[rows].double() + b[rows].double(), tolerance=1e-2)
+    calls = {"copy": lambda: dst.copy_(src), "add": lambda: a + b,
+             "sum": lambda: ones.sum()}
+    work_of = {"copy": (0, 2 * src.numel() * elem),
+               "add": work("add", big, elem), "sum": work("sum", big, elem)}
+    cases = {op: {"op": op, "n": big, "intensity": round(f / nb, 3)}
+             for op, (f, nb) in work_of.items()}
+    # over_copy: the stream's bandwidth over the copy's, from the paired
+    # ratio of their times in one round and the ratio of their bytes.
+    over_copy = {op: (cases[op], "over_copy",
+                      work_of[op][1] / work_of["copy"][1])
+                 for op in ("add", "sum")}
+    times, _ = interleaved(lab, calls,
+                           {op: (cases[op], "time") for op in calls},
+                           flush_l2=True,
+                           **({} if lab.cuda else
+                              {"baseline": "copy", "ratios": over_copy}))
+    if lab.cuda:  # short kernels: their own duration, not the launch
+        times, _ = interleaved(lab, calls,
+                               {op: (cases[op], "kernel") for op in calls},
+                               baseline="copy", ratios=over_copy,
+                               kernels=True, flush_l2=True)
+    for op, t in times.items():
+        flops, nbytes = work_of[op]
+        points.append((cases[op], *keep_rates(lab, cases[op], t, nbytes,
+                                              flops)))
+    del src, dst, ones, a, b
 
-    cases = [("add", big), ("gemv", big)] + [("gemm", n) for n in gemms]
+    cases = [("gemv", big)] + [("gemm", n) for n in gemms]
     for op, n in cases:
         a = torch.randn(n, n, device=dev, dtype=dtype)
         b = torch.randn(n, n, device=dev, dtype=dtype)
         v = torch.randn(n, device=dev, dtype=dtype)
-        fn = {"add": lambda: a + b, "gemv": lambda: a @ v,
+        fn = {"gemv": lambda: a @ v,
               "gemm": lambda: a @ b}[op]
         rows = slice(0, 64)
-        ref = {"add": lambda: a[rows].double() + b[rows].double(),
-               "gemv": lambda: a[rows].double() @ v.double(),
+        ref = {"gemv": lambda: a[rows].double() @ v.double(),
                "gemm": lambda: a[rows].double() @ b.double()}[op]()
         lab.check(f"{op} n={n}", fn()[rows], ref, tolerance=1e-2)
         flops, nbytes = work(op, n, elem)
@@ -158,11 +187,6 @@ def measure(lab) -> None:
                   metric="rate", unit="TFLOP/s",
                   value=min(peak, intensity * bandwidth / 1e3))
     # --8<-- [end:ridge]
-    copy_gbs = dict(streams)["copy"]  # the copy is not the fastest stream
-    for case, gbs, _ in points:
-        if case["op"] in ("add", "sum"):
-            lab.value(case=case, metric="over_copy", value=gbs / copy_gbs,
-                      unit="x")
     lab.note("memory roof from", best)
     lab.note("dtype", str(dtype).removeprefix("torch."))
 
