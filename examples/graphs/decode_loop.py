@@ -5,6 +5,11 @@ kernels, each too short to hide the cost of launching the next. This example
 stacks the step of :mod:`examples.graphs.capture_replay` into ``layers``
 layers and times one token's step three ways, and counts the kernels and the
 time the GPU was actually busy (from the profiler) so the gap can be read off.
+The ways of one size are timed interleaved in rounds (``Lab.compare``), so
+each speedup is a paired ratio against the eager step of the same round. The
+eager step's cost per kernel is the host's, and hosts of one GPU kind differ
+by up to 2x: it is also kept in units of this run's tiny op
+(``lab.host_reference["tiny_op_us"]``), ``per_tiny_op``.
 
 On a machine without a GPU only the eager step runs (graphs need CUDA, and
 compiling on the CPU takes minutes of C++ builds, which the compiler chapter
@@ -72,18 +77,24 @@ def profile_kernels(
 
 def measure(lab) -> None:
     dtype = torch.bfloat16 if lab.cuda else torch.float32
-    if lab.quick:
-        grid = [(64, 2)]
-    else:
-        grid = [(h, n) for h in (1024, 4096) for n in (8, 32)]
-    for hidden, layers in grid:
-        _measure_size(lab, hidden, layers, dtype)
+    grid = {64: [2]} if lab.quick else {1024: [8, 32], 4096: [8, 32]}
+    for hidden, depths in grid.items():
+        # One decoder per width; the shallower step is its first layers, so
+        # the weights (8.6 GB of them at 4096 x 32) are made once.
+        decoder = make_decoder(max(depths), hidden, lab.device, dtype)
+        for layers in depths:
+            _measure_size(lab, hidden, layers, decoder[:layers], dtype)
+        del decoder
         if lab.cuda:
             torch.cuda.empty_cache()
 
 
 #: The one size compiled: each compile costs seconds.
 COMPILE_AT = {"hidden": 1024, "layers": 32}
+#: Warm-up calls (rounds on a GPU): every way has run before it is timed
+#: (the checks, the capture, the compiles), so a few rounds reach the steady
+#: state; reduce-overhead records its graphs for each order of the calls here.
+WARMUP = 3
 
 
 def _keep_profile(lab, row: dict, fn) -> float | None:
@@ -100,22 +111,14 @@ def _keep_profile(lab, row: dict, fn) -> float | None:
     return kernels
 
 
-def _measure_size(lab, hidden: int, layers: int, dtype) -> None:
+def _measure_size(lab, hidden: int, layers: int, decode_step, dtype) -> None:
     case = {"hidden": hidden, "layers": layers}
-    decode_step = make_decoder(layers, hidden, lab.device, dtype)
     x = torch.randn(1, hidden, device=lab.device, dtype=dtype)
     eager_row = {**case, "mode": "eager"}
-    eager = lab.time(lambda: decode_step(x), case=eager_row, metric="step")
     if not lab.cuda:
+        lab.time(lambda: decode_step(x), case=eager_row, metric="step",
+                 warmup=WARMUP)
         return
-    kernels = _keep_profile(lab, eager_row, lambda: decode_step(x))
-    if kernels:
-        lab.value(
-            case=eager_row,
-            metric="per_kernel",
-            value=eager.median / kernels,
-            unit="us",
-        )
 
     # --8<-- [start:graph]
     static_x = torch.randn(1, hidden, device=lab.device, dtype=dtype)
@@ -130,20 +133,33 @@ def _measure_size(lab, hidden: int, layers: int, dtype) -> None:
         decode_step(fresh),
         tolerance=1e-3,
     )
-    graph_row = {**case, "mode": "graph"}
-    replayed = lab.time(graph.replay, case=graph_row, metric="step")
-    lab.value(
-        case=graph_row,
-        metric="speedup",
-        value=eager.median / replayed.median,
-        unit="x",
-    )
+    ways = {"eager": lambda: decode_step(x), "graph": graph.replay}
+    compiled = {}
     if case == COMPILE_AT:
-        _measure_compiled(lab, case, decode_step, dtype, eager.median)
+        compiled = _compile(lab, case, decode_step, dtype)
+        ways.update({label: (lambda f=f: f(x))
+                     for label, f in compiled.items()})
+    timed = lab.compare(ways, case=case, key="mode", metric="step",
+                        unit="us", baseline="eager", warmup=WARMUP)
+    kernels = _keep_profile(lab, eager_row, lambda: decode_step(x))
+    if kernels:
+        per_kernel = timed["eager"].median / kernels
+        lab.value(case=eager_row, metric="per_kernel", value=per_kernel,
+                  unit="us")
+        lab.value(case=eager_row, metric="per_tiny_op", unit="x",
+                  value=per_kernel / lab.host_reference["tiny_op_us"])
+    for label, f in compiled.items():
+        _keep_profile(lab, {**case, "mode": label}, lambda f=f: f(x))
 
 
-def _measure_compiled(lab, case, decode_step, dtype, eager_us: float) -> None:
-    """Compile: fusion alone, fusion replayed as graphs, and a pitfall."""
+def _compile(lab, case, decode_step, dtype) -> dict:
+    """Compile: fusion alone, fusion replayed as graphs, and a pitfall.
+
+    All three stay alive, to be timed side by side with eager and the graph:
+    no reset between them (Dynamo keeps one entry per backend, and CUDAGraph
+    Trees one graph per function), which the compile times do not need either:
+    a reset clears neither Inductor's compiled kernels nor its caches.
+    """
     plain = with_plain_weights(decode_step)
     variants = {
         "compile-default": ("default", decode_step),
@@ -154,8 +170,9 @@ def _measure_compiled(lab, case, decode_step, dtype, eager_us: float) -> None:
         ),
     }
     hidden = case["hidden"]
+    torch._dynamo.reset()  # nothing an earlier topic compiled counts here
+    out = {}
     for label, (mode, fn) in variants.items():
-        torch._dynamo.reset()  # compile afresh, so compile times compare
         # --8<-- [start:compiled]
         # "reduce-overhead" replays Inductor's kernels as CUDA graphs
         compiled = torch.compile(fn, mode=mode)
@@ -179,11 +196,8 @@ def _measure_compiled(lab, case, decode_step, dtype, eager_us: float) -> None:
             decode_step(fresh),
             tolerance=5e-2,
         )
-        timed = lab.time(lambda: compiled(x), case=row, metric="step")
-        lab.value(
-            case=row, metric="speedup", value=eager_us / timed.median, unit="x"
-        )
-        _keep_profile(lab, row, lambda: compiled(x))
+        out[label] = compiled
+    return out
 
 
 def main(argv=None) -> int:
