@@ -36,3 +36,15 @@ def root(path: Path, index: int = 0, prefix: str = "records") -> store.Root:
 @pytest.fixture(scope="module")
 def fixture_store() -> store.Store:
     return store.load([root(FIXTURES / "records")], REPO)
+
+
+def entry(record, *, stale: bool = False, index: int = 0) -> store.Entry:
+    """A record made in memory (``tests/fixtures/make_records.py``) as the store would load it."""
+    uri = f"records/{record.machine.slug}/{record.topic}/{record.run.id}.json"
+    reason = f"{record.source} has changed since this record was made" if stale else None
+    return store.Entry(record, FIXTURES / uri, root(FIXTURES / "records", index), uri, stale, reason)
+
+
+def grouped(*entries: store.Entry) -> list[store.Group]:
+    """Groups of runs of in-memory records, as a build groups loaded ones (by root, machine, topic)."""
+    return store.group_runs(entries, REPO)

@@ -16,6 +16,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "overrides" / "hooks"))
 
 from lab_site import LabError, generated, store  # noqa: E402
+from lab_site.fmt import NBSP  # noqa: E402
+from tests.fixtures import make_records as mk  # noqa: E402
+from tests.hook_support import entry, grouped  # noqa: E402
 from tests.test_build import page_claims  # noqa: E402
 
 PRIMARY = "nvidia-h200"
@@ -99,10 +102,10 @@ def test_figures_show_their_run_to_run_range_and_flag_noisy_ones(fixtures):
     assert "1,610–1,650\u00a0µs | 3 |" in calm and "⚠" not in calm
     assert '??? abstract "6 figures, 1 noisy"' in h200
     # Every run, the stale one left out included, with its boot, commit and wall time.
-    assert "| [`run-2`](records/nvidia-h200/fixture.launch/run-2.json) | 2026-11-21 | `22222222` | 0123456 | 12 s | yes |" \
-        in h200
-    assert "| [`run-0`](records/nvidia-h200/fixture.launch/run-0.json) | 2026-11-10 | `00000000` | 0123456 | 12 s | " \
-           "no: stale, newer runs exist |" in h200
+    assert "| [`run-2`](records/nvidia-h200/fixture.launch/run-2.json) | 2026-11-21 | `22222222` | 0123456 | " \
+           f"11{NBSP}s | yes |" in h200
+    assert "| [`run-0`](records/nvidia-h200/fixture.launch/run-0.json) | 2026-11-10 | `00000000` | 0123456 | " \
+           f"30{NBSP}s | no: stale, newer runs exist |" in h200
     h100 = text.split('"NVIDIA H100 80GB HBM3"', 1)[1].split('=== "', 1)[0]
     assert "| [`v1`](records/nvidia-h100-80gb-hbm3/fixture.launch.json) | 2026-11-18 | — | 0123456 | — | " \
            "yes (stale) |" in h100
@@ -163,3 +166,76 @@ def test_the_pages_use_the_markers():
     assert "<!-- lab:generated records -->" in (REPO / "docs" / "appendix-records.md").read_text(encoding="utf-8")
     assert "<!-- lab:generated claims -->" in (REPO / "docs" / "appendix-records.md").read_text(encoding="utf-8")
     assert "<!-- lab:generated machines -->" in (REPO / "docs" / "index.md").read_text(encoding="utf-8")
+
+
+# -- what re-measuring costs: seconds per topic and GPU kind ---------------------------------
+
+def _cells(text: str, first: str) -> list[str]:
+    line = next(line for line in text.splitlines() if line.startswith(f"| {first} |"))
+    return [c.strip() for c in line.strip("|").split(" | ")][1:]
+
+
+def test_the_seconds_table_renders_from_the_fixture_records(fixtures):
+    """Three H200 runs of 12.5, 11.0 and 14.2 s; the H100's legacy record kept no time; a CPU is no GPU kind."""
+    text = generated.seconds(fixtures, "nvidia-h200")
+    assert text.startswith("| topic | H200 | H100 80GB HBM3 |\n|:--|--:|--:|\n")
+    h200, h100 = _cells(text, "`fixture.launch`")
+    assert h200 == f'13{NBSP}s <span class="lab-runs" title="the fastest and the slowest of 3 runs">11–14{NBSP}s</span>'
+    assert h100 == f'<span title="{generated.NO_SECONDS}">—</span>'
+    total_h200, total_h100 = _cells(text, "**one `lab run --all`**")
+    assert total_h200.startswith(f"**13{NBSP}s** ") and total_h100 == "—"
+    assert "CPU" not in text and generated.STALE_MARK not in text  # the stale H100 run has no time to mark
+
+
+def _run(m, topic, run_id, seconds, *, stale=False):
+    record = mk.record(m, mk.rows({8: 100.0}, None, "cuda_event"), "0" * 64, run_id,
+                       f"2026-11-2{run_id[-1]}T10:00:00+00:00", boot="0" * 8, wall_s=seconds, topic=topic,
+                       source=f"examples/{topic.replace('.', '/')}.py")
+    return entry(record, stale=stale)
+
+
+def test_one_all_adds_up_each_topics_median_and_multi_gpu_topics_stand_apart():
+    h200 = mk.machine("nvidia-h200", "cuda", "NVIDIA H200", 132)
+    h100 = mk.machine("nvidia-h100-80gb-hbm3", "cuda", "NVIDIA H100 80GB HBM3", 132)
+    two, four = (mk.machine("nvidia-h200", "cuda", "NVIDIA H200", 132, gpus=n) for n in (2, 4))
+    assert store.min_gpus(REPO / "examples/collectives/ring_allreduce.py") > 1
+    s = store.Store(groups=grouped(
+        _run(h200, "graphs.launch_cost", "r1", 100.0), _run(h200, "graphs.launch_cost", "r2", 250.0),
+        _run(h200, "graphs.launch_cost", "r3", 130.0),
+        _run(h200, "stack.roofline", "r1", 50.0, stale=True),  # all its runs stale: still shown, marked
+        _run(h100, "graphs.launch_cost", "r1", 3.04),  # the H100 lacks stack.roofline
+        _run(two, "collectives.ring_allreduce", "r1", 11.0), _run(two, "collectives.ring_allreduce", "r2", 12.0),
+        _run(four, "collectives.ring_allreduce", "r1", 15.0),
+    ))
+    text = generated.seconds(s, "nvidia-h200")
+    single, multi = text.split("\n\n")[0], text.split("\n\n")[2]
+    assert single.startswith("| topic | H200 | H100 80GB HBM3 |")
+    assert _cells(single, "`graphs.launch_cost`") == [
+        f'2{NBSP}min 10{NBSP}s <span class="lab-runs" title="the fastest and the slowest of 3 runs">'
+        f'1{NBSP}min 40{NBSP}s – 4{NBSP}min 10{NBSP}s</span>', f"3.0{NBSP}s"]
+    assert _cells(single, "`stack.roofline`") == [f"50{NBSP}s †", "—"]
+    h200_total, h100_total = _cells(single, "**one `lab run --all`**")
+    # 130 + 50 s; the fastest runs add up to 150 s, the slowest to 300 s.
+    assert h200_total.startswith(f"**3{NBSP}min** <span") and f">2{NBSP}min 30{NBSP}s – 5{NBSP}min</span>" in h200_total
+    assert h200_total.endswith(" †") and h100_total == f"**3.0{NBSP}s** (1 of 2 topics)"
+    assert "collectives" not in single
+    assert multi.startswith("| topic | 2 × H200 | 4 × H200 |")
+    assert _cells(multi, "`collectives.ring_allreduce`")[1] == f"15{NBSP}s"
+    assert _cells(multi, "**all of them**")[0].startswith(f"**12{NBSP}s** ")  # the median of 11 and 12: 11.5
+    assert "(2 or 4 in these records)" in text
+    assert text.endswith(f"† {generated.STALE_SECONDS[0].upper()}{generated.STALE_SECONDS[1:]}.")
+
+
+def test_the_book_says_what_one_all_costs_on_each_of_its_gpus(book):
+    loaded, _ = book
+    text = generated.render_named("seconds", store=loaded, primary=PRIMARY, nav=[], docs_dir=REPO / "docs",
+                                  glossary_path=REPO / "snippets" / "glossary.md", page_src="appendix-records.md")
+    single = text.split("\n\n")[0]
+    for group in loaded.groups:
+        if group.is_gpu and not group.multi_gpu:
+            assert f"| `{group.topic}` |" in single
+        elif group.multi_gpu:
+            assert f"| `{group.topic}` |" in text and f"| `{group.topic}` |" not in single
+    assert single.splitlines()[0].startswith("| topic | H200 |")  # the primary machine first
+    assert re.search(r"^\| \*\*one `lab run --all`\*\* \| \*\*\d", single, re.M)
+    assert "<!-- lab:generated seconds -->" in (REPO / "docs" / "appendix-records.md").read_text(encoding="utf-8")

@@ -1,8 +1,10 @@
-"""The lab runner: ``python -m examples.lab run [--all | TOPIC ...] --out DIR``.
+"""The lab runner: ``python -m examples.lab run [--all | --stale | TOPIC ...] --out DIR``.
 
 Runs every chosen benchmark on this machine and writes one record per example
 to ``DIR/<machine slug>/<topic>/<run id>.json``; ``--repeat N`` makes N independent
-runs (fresh processes). Topics this machine cannot run (no GPU, too few GPUs, a profiler or package it lacks) are
+runs (fresh processes); ``--stale`` runs exactly the topics whose committed records
+(``docs/records``, or ``--book DIR``) no longer match the code. Topics this machine
+cannot run (no GPU, too few GPUs, a profiler or package it lacks) are
 skipped and write nothing. ``validate DIR`` checks a folder of records; ``compare DIR`` sets its figures beside the
 book's (see ``examples/lab/compare.py``).
 """
@@ -12,6 +14,7 @@ import os
 import shlex
 import sys
 import time
+from pathlib import Path
 
 from examples.lab.cli import ArgumentParser, fail, failure_line, positive
 
@@ -19,6 +22,8 @@ from examples.lab.cli import ArgumentParser, fail, failure_line, positive
 #: Compiler caches a run must not share with an earlier one: with them, a second
 #: run would time warm compiles and reuse autotuning, and not be independent.
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR")
+#: The book's committed records, which ``--stale`` compares the code with (``--book`` another).
+BOOK = Path(__file__).resolve().parents[2] / "docs" / "records"
 
 
 def _fresh_caches() -> None:
@@ -98,18 +103,27 @@ def _run(args) -> int:
 
 def _topics(args, available: list[str]) -> list[str]:
     if args.all + args.stale + bool(args.topics) != 1:
-        fail("python -m examples.lab run: error: name topics, or give --all or --stale (one of the three)")
+        fail("python -m examples.lab run: error: name topics or give --all or --stale (one of the three)")
+    if args.book is not None and not args.stale:
+        fail("python -m examples.lab run: error: --book DIR goes with --stale (the records it compares the code with)")
     unknown = sorted(set(args.topics) - set(available))
     if unknown:
         fail(f"python -m examples.lab run: error: unknown topic {unknown[0]!r} (known: {', '.join(available)})")
     if args.stale:
-        return stale_topics(available, args.book)
+        book = BOOK if args.book is None else args.book
+        if not book.is_dir():
+            fail(f"python -m examples.lab run: error: --book {book}: no such folder")
+        return stale_topics(available, book)
     return available if args.all else args.topics
 
 
 def stale_topics(available: list[str], book) -> list[str]:
     """Topics with no committed record, or whose newest run on some machine was measured by
-    code that has changed since (the example, an example module it imports, the harness)."""
+    code that has changed since (the example, an example module it imports, the harness).
+
+    A record that only says it skipped its topic (the one-GPU runs of multi-GPU topics once
+    wrote these) measured nothing, so it neither keeps a topic current nor makes it stale.
+    """
     from examples.lab.provenance import REPO_ROOT, source_sha256
     from examples.lab.records import RecordError, load_records
 
@@ -119,16 +133,23 @@ def stale_topics(available: list[str], book) -> list[str]:
         fail(f"invalid record: {exc}", status=1)
     newest: dict[tuple[str, str], object] = {}
     for record in records:
+        if not record.results and "skipped" in record.notes:
+            continue
         key = (record.topic, record.machine.slug)
         if key not in newest or record.run.date > newest[key].run.date:
             newest[key] = record
-    hashes: dict[str, str] = {}
+    hashes: dict[str, str | None] = {}  # source -> its hash now (None: gone); many runs share one
+
+    def current(record) -> bool:
+        if record.source not in hashes:
+            path = REPO_ROOT / record.source
+            hashes[record.source] = source_sha256(path) if path.is_file() else None
+        return record.source_sha256 == hashes[record.source]
+
     stale = []
     for topic in available:
         runs = [r for (t, _), r in newest.items() if t == topic]
-        current = [r.source_sha256 == hashes.setdefault(r.source, source_sha256(REPO_ROOT / r.source))
-                   if (REPO_ROOT / r.source).is_file() else False for r in runs]
-        if not runs or not all(current):
+        if not runs or not all(map(current, runs)):
             stale.append(topic)
     return stale
 
@@ -140,20 +161,29 @@ def _repeat(args) -> int:
 
     from examples.lab.registry import measured_topics
 
-    _topics(args, measured_topics())  # a bad topic fails once, before any run starts
-    # Drop "--repeat N" / "--repeat=N" and run the rest as it was given.
+    # A bad topic fails once, before any run starts; nothing stale is said once, not N times.
+    topics = _topics(args, measured_topics())
+    if not topics:
+        print("no topic to run: every committed record matches the code")
+        return 0
+    # Drop "--repeat N" / "--repeat=N" and run the rest as it was given. With --stale, every
+    # run gets the topics found stale now, by name: with --out docs/records the first run
+    # would make them current, and the runs after it would find nothing to run.
+    dropped = {"--repeat"} | ({"--stale", "--book"} if args.stale else set())
     child: list[str] = []
     skip_next = False
     for a in sys.argv[1:]:
         if skip_next:
             skip_next = False
             continue
-        if a == "--repeat":
-            skip_next = True
+        if a in dropped:
+            skip_next = a != "--stale"  # the others take a value
             continue
-        if a.startswith("--repeat="):
+        if a.startswith(tuple(f"{d}=" for d in dropped)):
             continue
         child.append(a)
+    if args.stale:
+        child += topics
     env = {k: v for k, v in os.environ.items() if k != "LAB_RUN_ID"}  # each child makes its own id
     status, started = 0, time.perf_counter()
     for i in range(1, args.repeat + 1):
@@ -206,8 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--all", action="store_true", help="every benchmark of the book")
     run.add_argument("--stale", action="store_true",
                      help="the topics whose committed records no longer match the code (or that have none)")
-    run.add_argument("--book", type=Path, default=Path(__file__).resolve().parents[2] / "docs" / "records",
-                     metavar="DIR", help="with --stale: the committed records (default: docs/records)")
+    run.add_argument("--book", type=Path, default=None, metavar="DIR",
+                     help="with --stale: the committed records (default: docs/records)")
     run.add_argument("--out", type=Path, required=True, metavar="DIR", help="records folder")
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     run.add_argument("--quick", action="store_true", help="small sizes and few repetitions")

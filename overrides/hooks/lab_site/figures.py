@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from examples.lab.records import Metric
 
 from lab_site import LabError
+from lab_site import power as power_mod
 from lab_site.runs import Across, across, median_of
 from lab_site.shortcodes import Scalar
 from lab_site.store import Entry, Group
@@ -145,9 +146,24 @@ def stat_unit(figure: Figure, which: str) -> str:
     return LOAD_STATS.get(which, figure.unit)
 
 
+def power(figure: Figure) -> power_mod.Power:
+    """The board power sampled while ``figure`` was timed: the median over runs that have a figure,
+    which reading each is, and how many runs have none (a window shorter than the averaged reading)."""
+    loads = [m.load for m in figure.metrics if m.load is not None]
+    if not loads:
+        raise SelectionError("the metric has no power_w: no clocks or power were sampled while it "
+                             "was timed (a CPU run, or a region shorter than the sampling period)")
+    return power_mod.summarize((load.power_w, load.power_reading) for load in loads)
+
+
 def stat(figure: Figure, which: str) -> float:
     """One statistic across runs: the median over runs of each run's median, iqr, q1, q3 or n,
     or of the SM clock, memory clock or board power sampled while the metric was timed."""
+    if which == "power_w":
+        watts = power(figure).watts
+        if watts is None:
+            raise SelectionError(f"the metric has no power_w: {power_mod.NO_FIGURE}")
+        return watts
     if which in LOAD_STATS:
         values = [getattr(m.load, which) for m in figure.metrics if m.load is not None]
         if not values:

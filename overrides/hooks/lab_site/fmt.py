@@ -108,3 +108,45 @@ def case_value(value) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a reader says them: ``4.2 s``, ``42 s``, ``3 min 40 s``, ``1 h 5 min``.
+
+    Below ten seconds one decimal (a topic's set-up shows there), whole seconds up to a
+    minute, then minutes and seconds, then hours and minutes.
+
+    >>> [duration(s) for s in (0.04, 4.24, 9.96, 12.5, 59.6, 220.0, 180.2, 3900.0)]
+    ['< 0.1\\xa0s', '4.2\\xa0s', '10\\xa0s', '13\\xa0s', '1\\xa0min', '3\\xa0min 40\\xa0s', '3\\xa0min', '1\\xa0h 5\\xa0min']
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+            or seconds < 0:
+        raise LabError(f"not a duration in seconds: {seconds!r}")
+    if seconds < 0.05:
+        return f"< 0.1{NBSP}s"
+    if round(seconds, 1) < 10:
+        return f"{seconds:.1f}{NBSP}s"
+    whole = math.floor(seconds + 0.5)  # half up: 12.5 s reads "13 s", as a reader rounds
+    if whole < 60:
+        return f"{whole}{NBSP}s"
+    if whole < 3600:
+        minutes, rest = divmod(whole, 60)
+        return f"{minutes}{NBSP}min" + (f" {rest}{NBSP}s" if rest else "")
+    hours, minutes = divmod(math.floor(seconds / 60 + 0.5), 60)
+    return f"{hours}{NBSP}h" + (f" {minutes}{NBSP}min" if minutes else "")
+
+
+def duration_range(low: float, high: float) -> str:
+    """``'38–42 s'`` (the unit once, where both ends are plain seconds), ``'3 min 40 s – 4 min 2 s'``;
+    one value where both ends read the same.
+
+    >>> duration_range(38.2, 41.7), duration_range(55, 65), duration_range(12.04, 11.96)
+    ('38–42\\xa0s', '55\\xa0s – 1\\xa0min 5\\xa0s', '12\\xa0s')
+    """
+    first, last = duration(low), duration(high)
+    if first == last:
+        return last
+    plain = f"{NBSP}s"
+    if first.endswith(plain) and last.endswith(plain) and " " not in first + last and "<" not in first:
+        return f"{first.removesuffix(plain)}–{last}"
+    return f"{first} – {last}"

@@ -4,6 +4,9 @@ Each marker stands alone on its line (outside fenced code) and becomes Markdown 
 the other shortcodes expand:
 
 - ``machines``: the machines the book's records were measured on (the landing page);
+- ``seconds``: Appendix A, the seconds each topic took per GPU kind (the median of its
+  runs' ``wall_s``, with the range) and their sum, what one ``lab run --all`` costs there;
+  multi-GPU topics apart, by how many GPUs they ran on;
 - ``records``: Appendix A, every measured figure per topic and group of runs, with its
   run-to-run range and a flag where runs differ by more than 15 %, every run with its
   provenance, the command that reproduces it, and the records that skipped the topic;
@@ -17,6 +20,7 @@ from __future__ import annotations
 import html
 import posixpath
 import re
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +31,8 @@ from lab_site import markdown as render
 from lab_site import provenance as prov
 from lab_site import shortcodes
 from lab_site.figures import Figure, rows as group_rows
-from lab_site.fmt import case_value, date_span, format_range, int_span, plural, run_date, short_commit
+from lab_site.fmt import (case_value, date_span, duration, duration_range, format_range, int_span, plural, run_date,
+                          short_commit)
 from lab_site.runs import NOISY
 from lab_site.store import Entry, Group, Store
 
@@ -138,6 +143,97 @@ def machines(store: Store, primary: str | None) -> str:
     return "\n".join(lines)
 
 
+# -- Appendix A: what re-measuring costs -----------------------------------------------------
+
+#: The mark of a time measured by code that has changed since, and what it means.
+STALE_MARK = "†"
+STALE_SECONDS = "measured by code that has changed since: the code as it is now may take more or less"
+NO_SECONDS = "no run of it on this GPU kept its time (records made before runs kept wall_s)"
+
+
+def _wall_times(group: Group) -> list[float]:
+    return [e.record.run.wall_s for e in group.runs if e.record.run.wall_s is not None]
+
+
+def _seconds_cell(group: Group | None) -> str:
+    """A topic's seconds on one GPU kind: the median of its runs, the fastest and slowest run beside it."""
+    if group is None:
+        return "—"
+    times = _wall_times(group)
+    if not times:
+        return f'<span title="{html.escape(NO_SECONDS)}">—</span>'
+    text = duration(statistics.median(times))
+    if len(times) > 1:
+        title = f"the fastest and the slowest of {plural(len(times), 'run')}"
+        text += f' <span class="lab-runs" title="{title}">{duration_range(min(times), max(times))}</span>'
+    if group.stale:
+        text += f" {STALE_MARK}"  # explained once, under the table
+    return text
+
+
+def _seconds_total(groups: Sequence[Group], topics: int) -> str:
+    """The medians added up (one ``lab run --all``), and the fastest and slowest runs added up."""
+    timed = [g for g in groups if _wall_times(g)]
+    if not timed:
+        return "—"
+    medians = [statistics.median(_wall_times(g)) for g in timed]
+    lows = [min(_wall_times(g)) for g in timed]
+    highs = [max(_wall_times(g)) for g in timed]
+    text = f"**{duration(sum(medians))}**"
+    if any(len(_wall_times(g)) > 1 for g in timed):
+        title = "each topic's fastest run added up, and each topic's slowest"
+        text += f' <span class="lab-runs" title="{title}">{duration_range(sum(lows), sum(highs))}</span>'
+    if len(timed) < topics:
+        text += f" ({len(timed)} of {plural(topics, 'topic')})"
+    if any(g.stale for g in timed):
+        text += f" {STALE_MARK}"
+    return text
+
+
+def _seconds_table(groups: Sequence[Group], order: Callable[[Group], tuple], total: str) -> str:
+    """One row per topic, one column per GPU kind (and records folder), a last row of sums."""
+    columns: dict[tuple[int, str], dict[str, Group]] = {}
+    for g in sorted(groups, key=order):
+        columns.setdefault((g.root.index, g.slug), {})[g.topic] = g
+    topics = sorted({g.topic for g in groups})
+    labels = [render.cell(next(iter(by_topic.values())).short_label) for by_topic in columns.values()]
+    lines = ["| topic | " + " | ".join(labels) + " |", "|:--|" + "--:|" * len(columns)]
+    for topic in topics:
+        lines.append(f"| `{topic}` | " + " | ".join(_seconds_cell(c.get(topic)) for c in columns.values()) + " |")
+    lines.append(f"| {total} | " + " | ".join(_seconds_total(list(c.values()), len(topics))
+                                            for c in columns.values()) + " |")
+    return "\n".join(lines)
+
+
+def seconds(store: Store, primary: str | None) -> str:
+    """What each topic, and one ``lab run --all``, costs on each GPU kind of the records (``run.wall_s``).
+
+    Each cell is the median of the topic's counted runs on that kind (current runs where
+    there are any), the fastest and slowest run beside it; the last row adds the medians:
+    one ``--all``. Multi-GPU topics run only where there are enough GPUs, so they have
+    their own table, one column per GPU count.
+    """
+    gpu = [g for g in store.groups if g.is_gpu]
+    if not gpu:
+        raise LabError("no GPU record: nothing to say what a run costs")
+    single = [g for g in gpu if not g.multi_gpu]
+    multi = [g for g in gpu if g.multi_gpu]
+    out = []
+    if single:
+        out += [_seconds_table(single, lambda g: (g.root.index, g.slug != primary, g.label),
+                               "**one `lab run --all`**"), ""]
+    if multi:
+        counts = sorted({g.record.machine.gpu_count for g in multi})
+        out += [f"Topics that need several GPUs run only on a machine that has them, after the others: "
+                f"there `lab run --all` takes the single-GPU topics' sum above and the sum below for its "
+                f"number of GPUs ({' or '.join(map(str, counts))} in these records).", "",
+                _seconds_table(multi, lambda g: (g.root.index, g.record.machine.gpu_count, g.label),
+                               "**all of them**"), ""]
+    if any(g.stale and _wall_times(g) for g in gpu):  # a time marked stale above
+        out.append(f"{STALE_MARK} {STALE_SECONDS[0].upper()}{STALE_SECONDS[1:]}.")
+    return "\n".join(out).strip("\n")
+
+
 # -- Appendix A ----------------------------------------------------------------------------
 
 def _status(group: Group) -> str:
@@ -178,7 +274,7 @@ def runs_markdown(group: Group, link: Callable[[Entry], str]) -> str:
         run = e.record.run
         state = ("yes" if not e.stale else "yes (stale)") if id(e) in counted else "no: stale, newer runs exist"
         cells = [f"[`{e.run_id}`]({link(e)})", run_date(run.date), f"`{run.boot_id[:8]}`" if run.boot_id else "—",
-                 short_commit(run.commit, run.dirty), f"{run.wall_s:.0f} s" if run.wall_s is not None else "—", state]
+                 short_commit(run.commit, run.dirty), duration(run.wall_s) if run.wall_s is not None else "—", state]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -321,7 +417,7 @@ def relative_link(page_src: str) -> Callable[[Entry], str]:
     return lambda entry: posixpath.relpath(entry.site_uri, base)
 
 
-NAMES = ("machines", "records", "claims", "glossary")
+NAMES = ("machines", "seconds", "records", "claims", "glossary")
 
 
 def render_named(name: str, *, store: Store, primary: str | None, nav: list, docs_dir: Path,
@@ -329,6 +425,8 @@ def render_named(name: str, *, store: Store, primary: str | None, nav: list, doc
     """The Markdown of one ``<!-- lab:generated NAME -->`` marker."""
     if name == "machines":
         return machines(store, primary)
+    if name == "seconds":
+        return seconds(store, primary)
     if name == "glossary":
         return glossary(glossary_path.read_text(encoding="utf-8"))
     if name in ("records", "claims"):

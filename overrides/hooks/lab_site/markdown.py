@@ -16,7 +16,7 @@ from examples.lab.records import Metric
 from lab_site import LabError
 from lab_site import provenance as prov
 from lab_site.claims import ClaimResult, Verdict
-from lab_site.figures import Figure, GroupRow, SelectionError, metric, select, stat, stat_unit
+from lab_site.figures import Figure, GroupRow, SelectionError, metric, power, select, stat, stat_unit
 from lab_site.fmt import case_value, date_span, format_quantity, format_range, plural, run_date, unit_text
 from lab_site.runs import NOISY
 from lab_site.shortcodes import NotesRequest, PlotRequest, TableRequest, TimelineRequest, ValueRequest
@@ -256,13 +256,22 @@ def value(request: ValueRequest, group: Group) -> str:
     """The one number a sentence quotes (or its run-to-run range), with its provenance in the ``title``."""
     _, f = pick(request, group)
     a = f.across
+    reading = None
     if request.spread == "range":
         shown = format_range(a.low, a.high, f.unit)
+    elif request.stat == "power_w":
+        # Board power names its reading (instantaneous or a one-second average), and a figure
+        # timed in a window shorter than the average has none: a dash, the reason on hover.
+        reading = power(f)
+        shown = "—" if reading.watts is None else format_quantity(reading.watts, stat_unit(f, "power_w"))
     else:
         x = stat(f, request.stat)
         shown = str(round(x)) if request.stat == "n" else format_quantity(x, stat_unit(f, request.stat))
-    details = [f"{group.label} ({group.slug})",
-               f"median of {plural(a.count, 'run')} {format_quantity(a.median, f.unit)}"]
+    details = [f"{group.label} ({group.slug})"]
+    if reading is not None:
+        details.append(reading.title if reading.watts is None
+                       else f"board power while it was timed ({reading.label}): {reading.title}")
+    details.append(f"median of {plural(a.count, 'run')} {format_quantity(a.median, f.unit)}")
     if a.count > 1:
         details.append(f"run-to-run range {format_range(a.low, a.high, f.unit)} ({a.spread * 100:.0f} % of the median)")
     iqr = _iqr(f)

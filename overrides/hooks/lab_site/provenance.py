@@ -2,18 +2,19 @@
 
 The line names the machine and software of the runs, how many runs there were, when
 and at which commits, the clocks and power the GPU ran at under load (where the
-records sampled them), the timers that produced the figures *shown* (each metric says
-its own: a page may mix CUDA events with a profiler's clock), and links to every run's
-record.
+records sampled them; the power with the reading it is, :mod:`lab_site.power`), the
+timers that produced the figures *shown* (each metric says its own: a page may mix
+CUDA events with a profiler's clock), and links to every run's record.
 """
 from __future__ import annotations
 
+import html
 from collections.abc import Callable, Iterable
 
 from examples.lab.records import Metric
 
+from lab_site import power as power_mod
 from lab_site.fmt import NBSP, date_span, int_span, plural, run_date, short_commit
-from lab_site.runs import median_of
 from lab_site.store import Entry, Group
 
 STALE_TITLE = "Measured on an earlier version of this code"
@@ -44,7 +45,9 @@ def methods(metrics: Iterable[Metric]) -> str | None:
 
 
 def under_load(group: Group) -> str | None:
-    """``'SM 1,410–1,755 MHz, 690 W of 700 W under load'``: the runs' median SM clock and board power."""
+    """``'SM 1,410–1,755 MHz, 690 W of 700 W under load (power: instantaneous)'``: the runs' median
+    SM clock and board power, the power named by its reading (its meaning on hover); where no
+    run has a power figure (timed windows shorter than NVML's one-second average), none."""
     loads = [e.record.load for e in group.runs if e.record.load is not None]
     if not loads:
         return None
@@ -52,11 +55,14 @@ def under_load(group: Group) -> str | None:
     whole = lambda x: f"{round(x):,}"  # noqa: E731
     low, high = min(s.sm_mhz_median for s in loads), max(s.sm_mhz_median for s in loads)
     text = f"SM {whole(low)}{'' if whole(low) == whole(high) else '–' + whole(high)}{NBSP}MHz"
-    text += f", {whole(median_of(s.power_w_median for s in loads))} W"
+    power = power_mod.summarize((s.power_w_median, s.power_reading) for s in loads)
+    if power.watts is None:
+        return text + f' under load (<span title="{html.escape(power.title)}">no power figure</span>)'
+    text += f", {whole(power.watts)} W"
     limits = _distinct(e.record.machine.power_limit_w for e in group.runs)
     if limits:
         text += f" of {' / '.join(whole(w) for w in limits)} W"
-    return text + " under load"
+    return text + f' under load (power: <span title="{html.escape(power.title)}">{power.label}</span>)'
 
 
 def runs_text(group: Group) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import os
 import posixpath
 from collections.abc import Iterable, Sequence
@@ -266,6 +267,24 @@ def min_gpus(source: Path) -> int:
     return 1
 
 
+def source_hash(source: Path) -> str:
+    """What a record's ``source_sha256`` is compared with: the runner's own hash
+    (``examples.lab.provenance.source_sha256``: the example, every example module it
+    imports and the harness), so the site and ``lab run --stale`` agree on what is stale.
+
+    A source that is not a Python module (the tests' stand-in text) imports nothing and
+    runs through no harness: its hash is its own text, line endings normalised, as every
+    source's was before hashes covered imports.
+    """
+    if source.suffix != ".py":
+        return hashlib.sha256(source.read_bytes().replace(b"\r\n", b"\n")).hexdigest()
+    try:
+        return source_sha256(source)
+    except SyntaxError as exc:
+        raise LabError(f"{source}: not valid Python ({exc.msg}, line {exc.lineno}): cannot tell whether "
+                       "its records are current") from None
+
+
 class _Hashes:
     """Source hashes, computed once per file: many runs share one example."""
 
@@ -276,14 +295,14 @@ class _Hashes:
     def staleness(self, record: Record) -> tuple[bool, str | None]:
         if record.source not in self.cache:
             source = self.repo_root / record.source
-            self.cache[record.source] = source_sha256(source) if source.is_file() else None
+            self.cache[record.source] = source_hash(source) if source.is_file() else None
         return _verdict(record, self.cache[record.source])
 
 
 def staleness(record: Record, repo_root: Path) -> tuple[bool, str | None]:
     """Whether the record was measured by code that has changed since (or is gone)."""
     source = repo_root / record.source
-    return _verdict(record, source_sha256(source) if source.is_file() else None)
+    return _verdict(record, source_hash(source) if source.is_file() else None)
 
 
 def _verdict(record: Record, current: str | None) -> tuple[bool, str | None]:
