@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from examples.capstone import speed_of_light as sol
-from examples.capstone.decode import bytes_read_per_token, quantized
-from examples.capstone.int8_linear import int8_linear, quantize, reference_int8_linear
+from examples.capstone.decode import bytes_read_per_token
+from examples.capstone.int8_linear import int8_linear, quantize, quantized, reference_int8_linear
 from examples.capstone.model import (
-    TINY, Config, Decoder, StaticCache, naive_cache_from, naive_generate, naive_step, prefill,
-    random_weights, rope_tables)
+    TINY, Config, Decoder, StaticCache, graph_pool_mib, naive_cache_from, naive_generate,
+    naive_step, prefill, random_weights, rope_tables)
 from examples.capstone.tensor_parallel import shard
 
 
@@ -259,3 +259,54 @@ def test_pdl_is_off_on_the_cpu_and_the_switch_restores_the_setting():
                 raise RuntimeError("a failing capture")
         assert fused.PDL is False
     assert fused.PDL is True
+
+
+class _FakeGraph:
+    def __init__(self, pool):
+        self._pool = pool
+
+    def pool(self):
+        return self._pool
+
+
+def test_the_graph_pool_is_what_the_graph_s_pool_holds_never_negative():
+    """The figure once was reserved memory after the capture minus before, which the
+    capture's emptying of the allocator's cache made negative for a run's first graph.
+    It is the sum of the segments of the graph's own pool, whatever the rest does."""
+    mib = 2**20
+    snapshot = [  # the default pool (0, 0), another graph's pool and this graph's two segments
+        {"segment_pool_id": (0, 0), "total_size": 4096 * mib},
+        {"segment_pool_id": (7, 1), "total_size": 64 * mib},
+        {"segment_pool_id": (7, 2), "total_size": 20 * mib},
+        {"segment_pool_id": (7, 2), "total_size": 2 * mib},
+    ]
+    assert graph_pool_mib(_FakeGraph((7, 2)), snapshot) == 22
+    assert graph_pool_mib(_FakeGraph((7, 3)), snapshot) == 0  # a pool the allocator does not list
+    with pytest.raises(ValueError, match="less than nothing"):
+        graph_pool_mib(_FakeGraph((7, 2)), snapshot + [{"segment_pool_id": (7, 2), "total_size": -30 * mib}])
+
+
+def test_both_capstone_topics_share_one_set_up_and_the_last_frees_it(monkeypatch):
+    from examples.capstone import decode, fused_decode
+    from examples.lab.harness import Lab
+
+    built = []
+    real = decode.random_weights
+    monkeypatch.setattr(decode, "random_weights", lambda *a, **k: built.append(a) or real(*a, **k))
+    decode.release_setup()
+    lab = Lab(torch.device("cpu"), quick=True)
+    try:
+        decode.measure(lab)
+        assert len(built) == 1 and len(decode._SETUP) == 1  # kept for the next topic
+        setup = next(iter(decode._SETUP.values()))
+        other = Lab(torch.device("cpu"), quick=True)
+        assert decode.start(other).setup is setup  # the same model, prompt and reference
+        fused_decode.measure(other)
+        assert len(built) == 1  # not built again
+        assert not decode._SETUP  # fused_decode, the last user, released it
+        decode.shared_setup(Lab(torch.device("cpu"), quick=False))  # another key: a new set-up
+        assert len(built) == 2 and len(decode._SETUP) == 1
+    finally:
+        lab.load.stop()
+        other.load.stop()
+        decode.release_setup()

@@ -1,7 +1,9 @@
 """One token of a Llama-3-8B-shaped model, rung by rung, against its speed of light.
 
-Every rung generates the same number of tokens greedily after the same
-512-token prompt, at batch 1, and is timed over the whole generation:
+Every rung generates tokens greedily after the same 512-token prompt, at batch 1.
+A timed sample is :data:`STEPS` tokens generated from the prompt, and the
+rungs of one precision are timed in interleaved rounds (one sample of each
+per round), so that drift falls on all alike:
 
 * ``eager``: :func:`~examples.capstone.model.naive_step`, a growing cache and
   ``.item()`` each token (Chapters 2 and 8);
@@ -19,21 +21,36 @@ over the copy bandwidth this run measured), and from the profiler the kernels
 per token, the time the GPU was busy and the gaps between its kernels. Then
 prefill (prompts of 128 to 8192 tokens) and decode (batch 1 to 64) on the
 roofline. On the CPU the tiny configuration runs the first two rungs.
+
+The model, its prompt and the reference logits are built once a process and
+shared with :mod:`examples.capstone.fused_decode` (:func:`shared_setup`).
 """
 from __future__ import annotations
 
+import gc
 import sys
 import time
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
 import torch
 
-from examples.capstone.int8_linear import Int8Weight, int8_linear, quantize
+from examples.capstone.int8_linear import Int8Weight, int8_chosen_configs, int8_linear, quantized
 from examples.capstone.model import (
-    LLAMA3_8B, TINY, Config, Decoder, Layer, StaticCache, Weights, layer_step,
+    LLAMA3_8B, TINY, Config, Decoder, StaticCache, Weights, graph_pool_mib, layer_step,
     naive_cache_from, naive_generate, naive_step, prefill, random_weights, rope_tables)
 from examples.lab.harness import CheckFailed
+from examples.lab.kernels import gpu_split
 
 PROMPT = 512  # tokens in the cache before generation starts
-STEPS = 64  # tokens generated per timed sample
+#: Tokens generated per timed sample. At a context of 512 every token costs the
+#: same (the cache grows by 8 tokens, 1 MB against 15 GB read per token), so 8
+#: give the steady state's ms per token; 64 made a host-bound rung's sample 2 s.
+STEPS = 8
+#: Tokens the profiler records per rung, and the int8 comparison's tokens: the
+#: cache has room past the prompt for each.
+PROFILED_TOKENS = 8
+QUALITY_TOKENS = 16
 PREFILL_LENGTHS = (128, 512, 2048, 8192)
 DECODE_BATCHES = (1, 4, 16, 64)
 #: bf16 steps through 32 layers agree with another summation order to about 2 %
@@ -56,49 +73,128 @@ def _nbytes(m) -> int:
     return m.q.nbytes + m.scale.nbytes if isinstance(m, Int8Weight) else m.nbytes
 
 
-def quantized(w: Weights) -> Weights:
-    """The same model with every matrix a step multiplies by in int8."""
-    layers = [Layer(lay.attn_norm, quantize(lay.wqkv), quantize(lay.wo), lay.ffn_norm,
-                    quantize(lay.w13), quantize(lay.w2)) for lay in w.layers]
-    return Weights(w.config, w.embed, layers, w.norm, quantize(w.output))
+class Rung(NamedTuple):
+    """What the timing and the profiler need of one rung."""
+
+    w: Weights  # the weights it reads: its bytes per token
+    generate: Callable[[], object]  # one timed sample: STEPS tokens from the prompt
+    one_token: Callable[[], object]  # one more token: what the profiler records
+    rewind: Callable[[], object] = lambda: None  # back to the prompt
 
 
 def measure(lab) -> None:
-    full = lab.cuda and not lab.quick
-    config = LLAMA3_8B if full else TINY
-    dtype = torch.bfloat16 if lab.cuda else torch.float32
-    prompt_len, steps = (PROMPT, STEPS) if full else (16, 4)
-    run = _Run(lab, config, dtype, prompt_len, steps)
-    run.copy_bandwidth()
+    run = start(lab)
     run.ladder()
     if lab.cuda:
         run.int8_rungs()
-        if full:
+        if not lab.quick:
             run.prefill_sweep()
             run.batch_sweep()
-    lab.note("model", f"{config.layers} layers, hidden {config.hidden}, FFN {config.ffn}, "
-                      f"{config.heads} query / {config.kv_heads} KV heads, vocabulary {config.vocab}, "
-                      f"{str(dtype).removeprefix('torch.')}, random weights")
+    run.note_model()
+    # The set-up stays for capstone.fused_decode, which the runner starts next.
+
+
+# -- the set-up both capstone topics share ------------------------------------------
+@dataclass
+class Setup:
+    """The model, a prompt already in a cache, the first generated token and the
+    reference logits for it (the whole sequence at once): what every rung of both
+    capstone topics starts from."""
+
+    config: Config
+    dtype: torch.dtype
+    prompt_len: int
+    steps: int  # tokens per timed sample
+    max_len: int
+    w: Weights
+    cos: torch.Tensor
+    sin: torch.Tensor
+    cache: StaticCache
+    first: torch.Tensor
+    reference: torch.Tensor
+    int8_weights: Weights | None = None
+
+    @classmethod
+    def build(cls, lab) -> Setup:
+        full = lab.cuda and not lab.quick
+        config = LLAMA3_8B if full else TINY
+        dtype = torch.bfloat16 if lab.cuda else torch.float32
+        prompt_len, steps = (PROMPT, STEPS) if full else (16, 4)
+        # room past the prompt for a timed sample, the profiled tokens and the int8 comparison
+        max_len = prompt_len + max(steps, PROFILED_TOKENS, QUALITY_TOKENS)
+        dev = lab.device
+        w = random_weights(config, dev, dtype)
+        cos, sin = rope_tables(config, max(max_len, max(PREFILL_LENGTHS) + 1), dev)
+        cache = StaticCache.empty(config, 1, max_len, dev, dtype)
+        g = torch.Generator(device="cpu").manual_seed(1)
+        prompt = torch.randint(0, config.vocab, (1, prompt_len), generator=g).to(dev)
+        first = prefill(w, prompt, cache, cos, sin).argmax(-1)
+        # The reference for every rung's first token: the whole sequence at once.
+        reference = prefill(w, torch.cat([prompt, first[:, None]], 1), None, cos, sin)
+        return cls(config, dtype, prompt_len, steps, max_len, w, cos, sin, cache, first, reference)
+
+    def int8(self) -> Weights:
+        """The int8 copy of the weights, made the first time a topic asks."""
+        if self.int8_weights is None:
+            self.int8_weights = quantized(self.w)
+        return self.int8_weights
+
+    def fresh_cache(self) -> StaticCache:
+        """A cache holding the prompt (each rung writes its own tokens past it)."""
+        cache = StaticCache.empty(self.config, 1, self.max_len, self.cache.keys[0].device, self.dtype)
+        for mine, theirs in zip(cache.keys + cache.values, self.cache.keys + self.cache.values):
+            mine.copy_(theirs)
+        return cache
+
+
+#: The set-up of this process, under (device, dtype, quick): one at most.
+_SETUP: dict[tuple, Setup] = {}
+
+
+def shared_setup(lab) -> Setup:
+    """The set-up for ``lab``'s device and sizes, built once a process: the runner runs
+    capstone.decode and capstone.fused_decode one after the other, and both start here."""
+    key = (str(lab.device), torch.bfloat16 if lab.cuda else torch.float32, lab.quick)
+    if key not in _SETUP:
+        release_setup()  # another device or size: free the one held first
+        _SETUP[key] = Setup.build(lab)
+    return _SETUP[key]
+
+
+def release_setup() -> None:
+    """Free the shared set-up (16 GB of weights at full size, 24 with the int8 copy)."""
+    _SETUP.clear()
+    gc.collect()
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def start(lab) -> _Run:
+    """Both topics' first steps: the shared set-up, and this run's copy bandwidth (each
+    record carries the roof its fractions are taken against)."""
+    run = _Run(lab, shared_setup(lab))
+    run.copy_bandwidth()
+    return run
 
 
 class _Run:
-    def __init__(self, lab, config: Config, dtype, prompt_len: int, steps: int):
-        self.lab, self.config, self.dtype = lab, config, dtype
-        self.prompt_len, self.steps = prompt_len, steps
-        self.max_len = prompt_len + steps
-        dev = lab.device
-        self.w = random_weights(config, dev, dtype)
-        self.cos, self.sin = rope_tables(config, max(self.max_len, max(PREFILL_LENGTHS) + 1), dev)
-        self.cache = StaticCache.empty(config, 1, self.max_len, dev, dtype)
-        g = torch.Generator(device="cpu").manual_seed(1)
-        prompt = torch.randint(0, config.vocab, (1, prompt_len), generator=g).to(dev)
-        self.first = prefill(self.w, prompt, self.cache, self.cos, self.sin).argmax(-1)
-        # The reference for every rung's first token: the whole sequence at once.
-        self.reference = prefill(self.w, torch.cat([prompt, self.first[:, None]], 1), None,
-                                 self.cos, self.sin)
+    def __init__(self, lab, setup: Setup):
+        self.lab, self.setup = lab, setup
+        self.config, self.dtype, self.w = setup.config, setup.dtype, setup.w
+        self.prompt_len, self.steps, self.max_len = setup.prompt_len, setup.steps, setup.max_len
+        self.cos, self.sin = setup.cos, setup.sin
+        self.first, self.reference = setup.first, setup.reference
         self.gbs = None
         self.ms_by_rung: dict[str, float] = {}
-        self.graph_bf16 = None
+        #: rung -> its captured decoder (the int8 comparison replays two of them)
+        self.graphed: dict[str, Decoder] = {}
+        self._paired_over_eager: set[str] = set()
+
+    def note_model(self) -> None:
+        c = self.config
+        self.lab.note("model", f"{c.layers} layers, hidden {c.hidden}, FFN {c.ffn}, "
+                               f"{c.heads} query / {c.kv_heads} KV heads, vocabulary {c.vocab}, "
+                               f"{str(self.dtype).removeprefix('torch.')}, random weights")
 
     # -- the memory roof of this run -------------------------------------------
     def copy_bandwidth(self) -> None:
@@ -113,179 +209,187 @@ class _Run:
     def ladder(self) -> None:
         lab, w = self.lab, self.w
         first_int = int(self.first.item())
-        naive_prefix = naive_cache_from(self.cache, self.prompt_len)
+        naive_prefix = naive_cache_from(self.setup.cache, self.prompt_len)
         lab.check("eager step equals the whole-sequence forward",
                   naive_step(w, first_int, self.prompt_len, list(naive_prefix)), self.reference,
                   tolerance=LOGIT_TOLERANCE)
-        self._timed("eager", w, lambda: naive_generate(w, naive_prefix, self.prompt_len,
-                                                       first_int, self.steps),
-                    one_token=lambda: naive_generate(w, naive_prefix, self.prompt_len, first_int, 1))
-
-        static = Decoder(w, self.cache, self.cos, self.sin, start=self.prompt_len)
-        self._check_decoder("static", static)
-        self._timed_decoder("static", w, static)
-        if not self.lab.cuda:
-            return
-        self._guarded("static+graph", lambda: self._graph_rung("static+graph", w, layer_step))
-        # One compiled function for all 32 layers: same shapes, so one compilation.
-        compiled_layer = torch.compile(layer_step, dynamic=False)
-        self._guarded("compile", lambda: self._compile_rung(w, compiled_layer))
-        self._guarded("compile+graph",
-                      lambda: self._graph_rung("compile+graph", w, compiled_layer))
+        eager = Rung(w, lambda: naive_generate(w, naive_prefix, self.prompt_len, first_int, self.steps),
+                     one_token=lambda: naive_generate(w, naive_prefix, self.prompt_len, first_int, 1))
+        static = self.decoder(w)
+        self.check_decoder("static", static)
+        rungs = {"eager": eager, "static": self.rung(static)}
+        if lab.cuda:
+            self._guarded("static+graph", lambda: rungs.update(
+                {"static+graph": self.rung(self.captured("static+graph", self.decoder(w)))}))
+            # One compiled function for all 32 layers: same shapes, so one compilation.
+            compiled_layer = torch.compile(layer_step, dynamic=False)
+            self._guarded("compile", lambda: rungs.update(
+                {"compile": self.rung(self._compiled(compiled_layer))}))
+            self._guarded("compile+graph", lambda: rungs.update({"compile+graph": self.rung(
+                self.captured("compile+graph", self.decoder(w, layer_fn=compiled_layer)))}))
+        # Every rung against eager, in interleaved rounds: the ratios are paired.
+        self.time_rungs(rungs, baseline="eager", speedup_metric="speedup_over_eager")
 
     def int8_rungs(self) -> None:
-        wq = quantized(self.w)
-        self._guarded("int8+graph", lambda: self._graph_rung(
-            "int8+graph", wq, layer_step, linear=int8_linear, precision="int8"))
+        wq = self.setup.int8()
+        rungs = {}
+        self._guarded("int8+graph", lambda: rungs.update({"int8+graph": self.rung(self.captured(
+            "int8+graph", self.decoder(wq, linear=int8_linear), "int8"))}))
         compiled_layer = torch.compile(layer_step, dynamic=False)
-        self._guarded("int8 compile+graph", lambda: self._graph_rung(
-            "int8 compile+graph", wq, compiled_layer, linear=int8_linear, precision="int8"))
-        self._guarded("int8 quality", lambda: self._int8_quality(wq))
+        self._guarded("int8 compile+graph", lambda: rungs.update({"int8 compile+graph": self.rung(
+            self.captured("int8 compile+graph", self.decoder(wq, layer_fn=compiled_layer,
+                                                             linear=int8_linear), "int8"))}))
+        if rungs:
+            self.time_rungs(rungs, precision="int8")
+        if "static+graph" in self.graphed and "int8+graph" in self.graphed:
+            self.int8_quality("int8+graph", self.graphed["static+graph"], self.graphed["int8+graph"])
+        self.lab.note("int8 blocks the autotuner kept", int8_chosen_configs())
 
-    def _compile_rung(self, w, compiled_layer) -> None:
-        dec = Decoder(w, self.cache, self.cos, self.sin, start=self.prompt_len, layer_fn=compiled_layer)
+    # -- building the rungs -----------------------------------------------------------
+    def decoder(self, w, *, layer_fn=layer_step, linear=None, kind=Decoder) -> Decoder:
+        """A decoder of ``w`` on a fresh copy of the prompt's cache."""
+        kwargs = {"linear": linear} if linear else {}
+        return kind(w, self.setup.fresh_cache(), self.cos, self.sin, start=self.prompt_len,
+                    layer_fn=layer_fn, **kwargs)
+
+    def _compiled(self, compiled_layer) -> Decoder:
+        dec = self.decoder(self.w, layer_fn=compiled_layer)
         started = time.perf_counter()
         dec.reset(self.first)
         dec.advance()  # compiles the layer once; later layers reuse it
         torch.cuda.synchronize()
         self.lab.value(case=self._case("compile"), metric="compile_time",
                        value=time.perf_counter() - started, unit="s")
-        self._check_decoder("compile", dec)
-        self._timed_decoder("compile", w, dec)
+        self.check_decoder("compile", dec)
+        return dec
 
-    def _graph_rung(self, rung, w, layer_fn, linear=None, precision="bf16") -> None:
-        kwargs = {"linear": linear} if linear else {}
-        dec = Decoder(w, self._fresh_cache(), self.cos, self.sin, start=self.prompt_len,
-                      layer_fn=layer_fn, **kwargs)
+    def captured(self, rung: str, dec: Decoder, precision: str = "bf16") -> Decoder:
+        """``dec``'s step captured as a CUDA graph; the graph's memory pool kept as a figure;
+        its first token checked against the reference (bf16)."""
         dec.reset(self.first)
         dec.advance()  # compile and autotune outside the capture
         torch.cuda.synchronize()
-        before = torch.cuda.memory_reserved()
         dec.capture()
         torch.cuda.synchronize()
-        self.lab.value(case=self._case(rung, precision), metric="graph_pool",
-                       value=(torch.cuda.memory_reserved() - before) / 2**20, unit="MiB")
+        pool = graph_pool_mib(dec.graph)  # raises if negative: a pool cannot hold less than nothing
+        if pool > 0:
+            self.lab.value(case=self._case(rung, precision), metric="graph_pool", value=pool, unit="MiB")
+        else:  # the allocator listed no segment of this pool: say so rather than keep a 0
+            self.lab.note(f"graph pool not found, {rung}", True)
         dec.reset(self.first)
         dec.graph.replay()
         if precision == "bf16":
             self.lab.check(f"{rung} equals the whole-sequence forward", dec.logits.clone(),
                            self.reference, tolerance=LOGIT_TOLERANCE)
-            if rung == "static+graph":
-                self.graph_bf16 = dec
-        self._timed_decoder(rung, w, dec, precision)
+        self.graphed[rung] = dec
+        return dec
 
-    def _fresh_cache(self) -> StaticCache:
-        """A cache holding the same prompt (each graph keeps its own buffers)."""
-        cache = StaticCache.empty(self.config, 1, self.max_len, self.lab.device, self.dtype)
-        for mine, theirs in zip(cache.keys + cache.values, self.cache.keys + self.cache.values):
-            mine.copy_(theirs)
-        return cache
-
-    def _int8_quality(self, wq: Weights) -> None:
-        """Teacher-forced: both models see the bf16 model's tokens; compare their logits."""
-        bf16 = self.graph_bf16
-        int8 = Decoder(wq, self._fresh_cache(), self.cos, self.sin, start=self.prompt_len,
-                       linear=int8_linear)
-        bf16.reset(self.first)
-        int8.reset(self.first)
-        errors, agree = [], 0
-        for _ in range(16):
-            fed = bf16.tokens.clone()
-            bf16.graph.replay()
-            int8.tokens.copy_(fed)
-            int8.advance()
-            ref, got = bf16.logits.double(), int8.logits.double()
-            errors.append(((got - ref).norm() / ref.norm()).item())
-            agree += int((got.argmax(-1) == ref.argmax(-1)).all().item())
-        case = self._case("int8+graph", "int8")
-        self.lab.value(case=case, metric="logit_error", value=sum(errors) / len(errors), unit="")
-        self.lab.value(case=case, metric="top1_agreement", value=agree / 16, unit="")
-        if max(errors) > 0.25:  # int8 that far off is a broken kernel, not rounding
-            raise CheckFailed(f"int8 logits differ from bf16 by {max(errors):.3g} (relative)")
-
-    # -- timing and the split of a step --------------------------------------------
-    def _check_decoder(self, rung: str, dec: Decoder) -> None:
+    def check_decoder(self, rung: str, dec: Decoder) -> None:
         dec.reset(self.first)
         dec.advance()
         self.lab.check(f"{rung} equals the whole-sequence forward", dec.logits, self.reference,
                        tolerance=LOGIT_TOLERANCE)
 
-    def _timed_decoder(self, rung, w, dec: Decoder, precision="bf16") -> None:
-        def generate(n=self.steps):
+    def rung(self, dec: Decoder) -> Rung:
+        """A decoder as a rung: a sample generates ``steps`` tokens from the prompt."""
+        def generate():
             dec.reset(self.first)
-            dec.generate(n)
-        self._timed(rung, w, generate, one_token=lambda: dec.generate(1), precision=precision,
+            dec.generate(self.steps)
+        return Rung(dec.w, generate, one_token=lambda: dec.generate(1),
                     rewind=lambda: dec.reset(self.first))
 
+    def int8_quality(self, rung: str, bf16: Decoder, int8: Decoder) -> None:
+        """Teacher-forced: int8 is fed the bf16 model's tokens and their logits compared.
+        Each decoder steps as it was built to (its graph's replay, or its step)."""
+        bf16.reset(self.first)
+        int8.reset(self.first)
+        errors, agree = [], 0
+        for _ in range(QUALITY_TOKENS):
+            fed = bf16.tokens.clone()
+            bf16.generate(1)
+            int8.tokens.copy_(fed)
+            int8.generate(1)
+            ref, got = bf16.logits.double(), int8.logits.double()
+            errors.append(((got - ref).norm() / ref.norm()).item())
+            agree += int((got.argmax(-1) == ref.argmax(-1)).all().item())
+        case = self._case(rung, "int8")
+        self.lab.value(case=case, metric="logit_error", value=sum(errors) / len(errors), unit="")
+        self.lab.value(case=case, metric="top1_agreement", value=agree / QUALITY_TOKENS, unit="")
+        if max(errors) > 0.25:  # int8 that far off is a broken kernel, not rounding
+            raise CheckFailed(f"int8 logits differ from bf16 by {max(errors):.3g} (relative)")
+
+    # -- timing and the split of a step --------------------------------------------
     def _case(self, rung: str, precision: str = "bf16") -> dict:
         if precision == "bf16" and self.dtype != torch.bfloat16:
             precision = "fp32"  # the CPU path
         return {"rung": rung, "precision": precision}
 
-    def _timed(self, rung, w, generate, *, one_token, precision="bf16", rewind=lambda: None) -> None:
-        lab, case = self.lab, self._case(rung, precision)
-        t = lab.time(generate, case=case, metric="generate", unit="ms", warmup=2,
-                     repetitions=10 if not lab.quick else 3)
-        ms = t.median / self.steps
+    def time_rungs(self, rungs: dict[str, Rung], *, precision: str = "bf16", baseline: str | None = None,
+                   speedup_metric: str = "speedup") -> None:
+        """Time the rungs' samples (``steps`` tokens each) in interleaved rounds, then
+        each rung's figures: per token, against the speed of light, and its split."""
+        lab = self.lab
+        reps = 3 if lab.quick else 10
+        generate = {name: r.generate for name, r in rungs.items()}
+        if len(generate) == 1:
+            (name, fn), = generate.items()
+            times = {name: lab.time(fn, case=self._case(name, precision), metric="generate",
+                                    unit="ms", warmup=2, repetitions=reps)}
+        else:
+            if baseline not in generate:
+                baseline = None  # it failed to build: the others still compare
+            times = lab.compare(generate, case={"precision": self._case("", precision)["precision"]},
+                                key="rung", metric="generate", unit="ms", baseline=baseline,
+                                speedup_metric=speedup_metric, warmup=2, repetitions=reps)
+            if speedup_metric == "speedup_over_eager" and baseline:
+                self._paired_over_eager.update(n for n in generate if n != baseline)
+        for name, t in times.items():
+            self.ms_by_rung[name] = t.median / self.steps
+        for name, t in times.items():  # after all: best_bf16 needs every rung's time
+            self._figures(name, rungs[name], precision)
+
+    def _figures(self, rung: str, r: Rung, precision: str) -> None:
+        lab, case, ms = self.lab, self._case(rung, precision), self.ms_by_rung[rung]
         lab.value(case=case, metric="ms_per_token", value=ms, unit="ms")
         lab.value(case=case, metric="tokens_per_s", value=1e3 / ms, unit="tokens/s")
         context = self.prompt_len + (self.steps + 1) / 2  # the mean over the generated tokens
-        gb = bytes_read_per_token(w, context) / 1e9
+        gb = bytes_read_per_token(r.w, context) / 1e9
         lab.value(case=case, metric="gb_per_token", value=gb, unit="GB")
         # --8<-- [start:fraction]
         fraction = gb / (ms * 1e-3) / self.gbs  # achieved bandwidth / copy bandwidth
         # --8<-- [end:fraction]
         lab.value(case=case, metric="speed_of_light_fraction", value=fraction, unit="")
-        self.ms_by_rung[rung] = ms
-        if "eager" in self.ms_by_rung:
+        if "eager" in self.ms_by_rung and rung != "eager" and rung not in self._paired_over_eager:
             lab.value(case=case, metric="speedup_over_eager", value=self.ms_by_rung["eager"] / ms, unit="x")
         if precision == "int8":
             bf16_twin = self.ms_by_rung.get(rung.removeprefix("int8 ").replace("int8+", "static+"))
             if bf16_twin:  # the same code with bf16 weights
                 lab.value(case=case, metric="speedup_over_bf16", value=bf16_twin / ms, unit="x")
-            best = min(m for r, m in self.ms_by_rung.items() if not r.startswith("int8"))
+            best = min(m for r_, m in self.ms_by_rung.items() if not r_.startswith("int8"))
             lab.value(case=case, metric="speedup_over_best_bf16", value=best / ms, unit="x")
         if lab.cuda:
-            self._split(case, one_token, rewind, ms)
+            self._split(case, r, ms)
             lab.value(case=case, metric="memory_reserved", unit="GiB",
                       value=torch.cuda.memory_reserved() / 2**30)
 
-    def _split(self, case, one_token, rewind, step_ms: float, tokens: int = 8) -> None:
+    def _split(self, case, r: Rung, step_ms: float) -> None:
         """Kernels per token, GPU busy and the gaps between kernels, from the profiler."""
-        from torch.autograd import DeviceType
-        from torch.profiler import ProfilerActivity, profile
-
-        rewind()  # back to the prompt: the cache has room for `steps` tokens from there
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            host_started = time.perf_counter()
-            for _ in range(tokens):
-                one_token()
-            host_s = time.perf_counter() - host_started
-            torch.cuda.synchronize()
-        spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-                       if e.device_type == DeviceType.CUDA)
-        kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA
-                   and not e.name.startswith(("Memcpy", "Memset"))]
-        if not spans:
+        r.rewind()  # back to the prompt: the cache has room for the profiled tokens from there
+        split = gpu_split(r.one_token, PROFILED_TOKENS)
+        if split is None:
             self.lab.note(f"no kernels profiled, {case['rung']}", True)
             return
-        busy, end = 0.0, spans[0][0]
-        for s, e in spans:  # merge overlapping intervals
-            busy += max(0.0, e - max(s, end))
-            end = max(end, e)
-        span_us = spans[-1][1] - spans[0][0]
         lab = self.lab
-        lab.value(case=case, metric="kernels_per_token", value=len(kernels) / tokens, unit="")
-        lab.value(case=case, metric="gpu_busy", value=busy / tokens / 1e3, unit="ms")
-        lab.value(case=case, metric="gpu_gaps", value=(span_us - busy) / tokens / 1e3, unit="ms")
-        lab.value(case=case, metric="busy_fraction", value=busy / span_us, unit="")
-        lab.value(case=case, metric="host_issue", value=host_s / tokens * 1e3, unit="ms")
+        lab.value(case=case, metric="kernels_per_token", value=split.kernels, unit="")
+        lab.value(case=case, metric="gpu_busy", value=split.busy_us / 1e3, unit="ms")
+        lab.value(case=case, metric="gpu_gaps", value=(split.span_us - split.busy_us) / 1e3, unit="ms")
+        lab.value(case=case, metric="busy_fraction", value=split.busy_us / split.span_us, unit="")
+        lab.value(case=case, metric="host_issue", value=split.host_us / 1e3, unit="ms")
         # busy + gaps is the profiled step; it should add up to the step timed without the profiler
-        lab.value(case=case, metric="split_over_step", value=span_us / tokens / 1e3 / step_ms, unit="x")
+        lab.value(case=case, metric="split_over_step", value=split.span_us / 1e3 / step_ms, unit="x")
 
     def _guarded(self, rung: str, fn) -> None:
-        """Run one rung; a failure of the machinery is noted and the others still run."""
+        """Build one rung; a failure of the machinery is noted and the others still run."""
         try:
             fn()
         except CheckFailed:
@@ -327,6 +431,7 @@ class _Run:
                 dec.generate(self.steps)
             t = self.lab.time(generate, case=case, metric="time", unit="ms", warmup=2, repetitions=10)
             step_ms = t.median / self.steps
+            self.lab.value(case=case, metric="ms_per_step", value=step_ms, unit="ms")
             context = self.prompt_len + (self.steps + 1) / 2
             flops = 2 * params * batch + 2 * 2 * c.layers * c.heads * c.head_dim * context * batch
             nbytes = bytes_read_per_token(w, context, batch)

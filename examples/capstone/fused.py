@@ -39,7 +39,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from examples.capstone.int8_linear import Int8Weight
+from examples.capstone.int8_linear import Int8Weight, autotune_bench
 from examples.capstone.model import Config, Decoder, Layer, Weights
 
 try:  # Triton is optional on the CPU
@@ -92,15 +92,31 @@ def _weight(w) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 
 if triton is not None:
-    # Rows per program and the width of each load: few rows and wide loads
-    # suit bf16, more rows suit int8 (a row is half the bytes). The autotuner
-    # times each on the real shape with the L2 flushed, and keeps the best.
+    # Rows per program (BLOCK_N) and the width of each load (BLOCK_K). The
+    # autotuner times each candidate on the real shape with the L2 flushed and
+    # keeps the best; each candidate costs a compilation per kernel variant and
+    # a timing per shape, seconds of every run, so the candidates are the ones
+    # that can win. The 19 first searched (BLOCK_N 1-8, BLOCK_K 512-4096, 4 or
+    # 8 warps) were tuned in 6 committed runs, H100 and H200
+    # (docs/records/*/capstone.fused_decode/, the note "matvec blocks the
+    # autotuner kept": 60 choices over the q/k/v and matrix-vector shapes).
+    # Every choice had 4 warps and BLOCK_K 512 or 1024, and the candidates of
+    # each precision are the blocks chosen for it there: int8 rows, half the
+    # bytes of a bf16 row, never won with one row a program. The note keeps
+    # recording the choices: one at the edge of these lists says to widen them.
+    _BF16_BLOCKS = ((1, 1024), (2, 1024), (4, 1024), (8, 1024), (2, 512), (8, 512))
+    _INT8_BLOCKS = ((2, 1024), (4, 1024), (8, 1024), (2, 512))
     _MATVEC_CONFIGS = [
-        triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=nw)
-        for bn in (1, 2, 4, 8) for bk in (512, 1024, 2048, 4096)
-        for nw in ((4,) if bk <= 512 else (4, 8) if bk == 1024 else (8,))
-        if bn * bk <= 16384
+        triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=4)
+        for bn, bk in sorted(set(_BF16_BLOCKS + _INT8_BLOCKS))
     ]
+
+    def _for_precision(configs, named_args, **kwargs):
+        blocks = _INT8_BLOCKS if kwargs.get("INT8") else _BF16_BLOCKS
+        return [c for c in configs if (c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) in blocks]
+
+    _TUNING = {"configs": _MATVEC_CONFIGS, "do_bench": autotune_bench,
+               "prune_configs_by": {"early_config_prune": _for_precision}}
 
     @triton.jit
     def _as_float(w, INT8: tl.constexpr):
@@ -150,8 +166,7 @@ if triton is not None:
                 w2 = tl.load(w_ptr + rows2[:, None] * K + nxt[None, :], mask=mask, other=0)
         return tl.sum(acc, axis=1), tl.sum(acc2, axis=1), tl.sum(squares, axis=0)
 
-    @triton.autotune(configs=_MATVEC_CONFIGS,
-                     key=["N", "K", "NORM", "SWIGLU", "RESIDUAL", "INT8"])
+    @triton.autotune(key=["N", "K", "NORM", "SWIGLU", "RESIDUAL", "INT8"], **_TUNING)
     @triton.jit
     def _matvec_kernel(x_ptr, w_ptr, scale_ptr, g_ptr, r_ptr, y_ptr, N, K,
                        eps, NORM: tl.constexpr, SWIGLU: tl.constexpr,
@@ -180,7 +195,7 @@ if triton is not None:
     # --8<-- [end:matvec]
 
     # --8<-- [start:qkv]
-    @triton.autotune(configs=_MATVEC_CONFIGS, key=["PAIRS", "K", "INT8"])
+    @triton.autotune(key=["PAIRS", "K", "INT8"], **_TUNING)
     @triton.jit
     def _qkv_rope_kernel(x_ptr, w_ptr, scale_ptr, g_ptr, cos_ptr, sin_ptr, pos_ptr,
                          q_ptr, k_cache, v_cache, PAIRS, K, max_len, eps,

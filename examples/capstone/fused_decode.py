@@ -1,8 +1,9 @@
 """The last rungs: from the compiled step to the book's own kernels, bf16 and int8.
 
-Same model, prompt, token count and speed-of-light fraction as
-:mod:`examples.capstone.decode` (its ``_Run`` does the set-up, the timing
-and the profiler's split, so the two topics measure alike). Four rungs, all
+Same model, prompt, tokens per sample and speed-of-light fraction as
+:mod:`examples.capstone.decode` (its :func:`~examples.capstone.decode.start`
+hands over the set-up that topic built, and its ``_Run`` does the timing and
+the profiler's split, so the two topics measure alike). Five rungs, all
 captured as CUDA graphs, at batch 1:
 
 * ``compile+graph``: the regional compile of Chapter 9's best rung, again in
@@ -17,9 +18,12 @@ captured as CUDA graphs, at batch 1:
   before to finish before it starts (the effect of PDL alone);
 * ``int8 book kernels+graph``: the same kernels reading int8 rows.
 
+The four bf16 rungs are timed in interleaved rounds, and the book's kernels
+with PDL are also given as a paired ratio over the same kernels without it.
 Then each weight shape alone: cuBLAS's kernel against the book's, with and
-without PDL, in the fraction of the copy bandwidth its stream of weights
-reaches. On the CPU the tiny configuration runs the fused step's PyTorch twin.
+without PDL, interleaved, in the fraction of the copy bandwidth its stream of
+weights reaches. On the CPU the tiny configuration runs the fused step's
+PyTorch twin.
 """
 from __future__ import annotations
 
@@ -29,153 +33,106 @@ import torch
 import torch.nn.functional as F
 
 from examples.capstone import fused
-from examples.capstone.decode import PROMPT, STEPS, LOGIT_TOLERANCE, _Run, quantized
+from examples.capstone.decode import _Run, release_setup, start
 from examples.capstone.fused import FusedDecoder
-from examples.capstone.model import LLAMA3_8B, TINY, layer_step
-from examples.lab.harness import CheckFailed
+from examples.capstone.model import graphed, layer_step
+from examples.lab.kernels import gpu_split
 
 #: Weight matrices one token reads, by name: [out, in].
 SHAPES = {"wqkv": (6144, 4096), "wo": (4096, 4096), "w13": (28672, 4096),
           "w2": (4096, 14336), "output": (128256, 4096)}
+NO_PDL = "book kernels+graph, no PDL"
 
 
 def measure(lab) -> None:
-    full = lab.cuda and not lab.quick
-    config = LLAMA3_8B if full else TINY
-    dtype = torch.bfloat16 if lab.cuda else torch.float32
-    prompt_len, steps = (PROMPT, STEPS) if full else (16, 4)
-    run = _Run(lab, config, dtype, prompt_len, steps)
-    run.copy_bandwidth()
-    if lab.cuda:
-        run._guarded("compile+graph", lambda: run._graph_rung(
-            "compile+graph", run.w, torch.compile(layer_step, dynamic=False)))
-        run._guarded("max-autotune+graph", lambda: _max_autotune_rung(run))
-    # On the CPU the same step runs as its PyTorch twin: no kernels, no graph.
-    bf16 = _fused_rung(run, "book kernels+graph" if lab.cuda else "fused step (PyTorch twin)", run.w)
-    if lab.cuda:
-        with fused.pdl(False):
-            _fused_rung(run, "book kernels+graph, no PDL", run.w)
-        wq = quantized(run.w)
-        int8 = _fused_rung(run, "int8 book kernels+graph", wq, precision="int8")
-        _int8_quality(run, bf16, int8)
-        _top_kernels(run, bf16, "book kernels+graph")
-        lab.note("matvec blocks the autotuner kept", fused.chosen_configs())
-        if full:
-            matvec_table(lab, run.gbs)
-    lab.note("model", f"{config.layers} layers, hidden {config.hidden}, FFN {config.ffn}, "
-                      f"{config.heads} query / {config.kv_heads} KV heads, vocabulary {config.vocab}, "
-                      f"{str(dtype).removeprefix('torch.')}, random weights")
+    run = start(lab)
+    try:
+        _measure(lab, run)
+        run.note_model()
+    finally:
+        # The last topic that uses the set-up: its 16-24 GB go back before the next topic.
+        run = None
+        release_setup()
 
 
-def _max_autotune_rung(run: _Run) -> None:
+def _measure(lab, run: _Run) -> None:
+    if not lab.cuda:
+        # On the CPU the same step runs as its PyTorch twin: no kernels, no graph.
+        dec = run.decoder(run.w, kind=FusedDecoder)
+        run.check_decoder("fused step (PyTorch twin)", dec)
+        run.time_rungs({"fused step (PyTorch twin)": run.rung(dec)})
+        return
+    rungs = {}
+    run._guarded("compile+graph", lambda: rungs.update({"compile+graph": run.rung(run.captured(
+        "compile+graph", run.decoder(run.w, layer_fn=torch.compile(layer_step, dynamic=False))))}))
+    run._guarded("max-autotune+graph", lambda: rungs.update({"max-autotune+graph": _max_autotune(run)}))
+    rungs["book kernels+graph"] = run.rung(_fused(run, "book kernels+graph", run.w))
+    with fused.pdl(False):  # PDL is a launch option: off while these kernels are captured
+        rungs[NO_PDL] = run.rung(_fused(run, NO_PDL, run.w))
+    # PDL's share is what the page reads off the book's two rungs: a paired ratio.
+    run.time_rungs(rungs, baseline=NO_PDL, speedup_metric="speedup_over_no_pdl")
+    int8 = _fused(run, "int8 book kernels+graph", run.setup.int8(), precision="int8")
+    run.time_rungs({"int8 book kernels+graph": run.rung(int8)}, precision="int8")
+    run.int8_quality("int8 book kernels+graph", run.graphed["book kernels+graph"], int8)
+    _top_kernels(run, run.graphed["book kernels+graph"], "book kernels+graph")
+    lab.note("matvec blocks the autotuner kept", fused.chosen_configs())
+    if not lab.quick:
+        matvec_table(lab, run.gbs)
+
+
+def _max_autotune(run: _Run):
     import torch._inductor.config as inductor
 
     torch._dynamo.reset()  # a fresh compilation, not the regional one above
     with inductor.patch(coordinate_descent_tuning=True):
         layer = torch.compile(layer_step, dynamic=False, mode="max-autotune-no-cudagraphs")
-        run._graph_rung("max-autotune+graph", run.w, layer)
+        return run.rung(run.captured("max-autotune+graph", run.decoder(run.w, layer_fn=layer)))
 
 
-def _fused_rung(run: _Run, rung: str, w, precision: str = "bf16") -> FusedDecoder:
-    dec = FusedDecoder(w, run._fresh_cache(), run.cos, run.sin, start=run.prompt_len)
-    if run.lab.cuda:
-        dec.reset(run.first)
-        dec.advance()  # autotune outside the capture
-        torch.cuda.synchronize()
-        dec.capture()
-        dec.reset(run.first)
-        dec.graph.replay()
-        got = dec.logits.clone()
-    else:
-        dec.reset(run.first)
-        dec.advance()
-        got = dec.logits
-    if precision == "bf16":
-        run.lab.check(f"{rung} equals the whole-sequence forward", got, run.reference,
-                      tolerance=LOGIT_TOLERANCE)
-    run._timed_decoder(rung, w, dec, precision)
-    return dec
-
-
-def _int8_quality(run: _Run, bf16: FusedDecoder, int8: FusedDecoder, tokens: int = 16) -> None:
-    """Teacher-forced: int8 is fed the bf16 step's tokens; their logits compared."""
-    bf16.reset(run.first)
-    int8.reset(run.first)
-    errors, agree = [], 0
-    for _ in range(tokens):
-        fed = bf16.tokens.clone()
-        bf16.graph.replay()
-        int8.tokens.copy_(fed)
-        int8.graph.replay()
-        ref, got = bf16.logits.double(), int8.logits.double()
-        errors.append(((got - ref).norm() / ref.norm()).item())
-        agree += int((got.argmax(-1) == ref.argmax(-1)).all().item())
-    case = run._case("int8 book kernels+graph", "int8")
-    run.lab.value(case=case, metric="logit_error", value=sum(errors) / tokens, unit="")
-    run.lab.value(case=case, metric="top1_agreement", value=agree / tokens, unit="")
-    if max(errors) > 0.25:  # that far off is a broken kernel, not rounding
-        raise CheckFailed(f"int8 logits differ from bf16 by {max(errors):.3g} (relative)")
+def _fused(run: _Run, rung: str, w, precision: str = "bf16") -> FusedDecoder:
+    """The fused step on ``w``, captured (its first call autotunes outside the capture)."""
+    return run.captured(rung, run.decoder(w, kind=FusedDecoder), precision)
 
 
 def _top_kernels(run: _Run, dec: FusedDecoder, rung: str, tokens: int = 8) -> None:
     """The profiler's kernels of one graphed token, by time: the page's table."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
     dec.reset(run.first)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(tokens):
-            dec.graph.replay()
-        torch.cuda.synchronize()
-    by_name: dict[str, list[float]] = {}
-    for e in prof.events():
-        if e.device_type == DeviceType.CUDA:
-            by_name.setdefault(e.name.split("(")[0][:60], []).append(e.time_range.end - e.time_range.start)
-    rows = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))
+    split = gpu_split(dec.graph.replay, tokens, host_ops=False)
+    if split is None:
+        run.lab.note(f"no kernels profiled, {rung}", True)
+        return
+    rows = sorted(split.durations_us.items(), key=lambda kv: -sum(kv[1]))
     run.lab.note(f"kernels per token, {rung}",
-                 [f"{name}: {len(d) / tokens:g} × {sum(d) / len(d):.1f} µs = {sum(d) / tokens:.0f} µs"
-                  for name, d in rows[:10]])
+                 [f"{name.split('(')[0][:60]}: {len(d) / tokens:g} × {sum(d) / len(d):.1f} µs = "
+                  f"{sum(d) / tokens:.0f} µs" for name, d in rows[:10]])
 
 
 # --8<-- [start:matvec_table]
 def matvec_table(lab, copy_gbs: float, total_bytes: float = 2e9) -> None:
     """Each weight shape alone: cuBLAS and the book's kernel (with and without
     PDL), as a graph of back-to-back products over enough copies of the weight
-    to miss the L2."""
+    to miss the L2; the three timed in interleaved rounds."""
     for name, (n, k) in SHAPES.items():
         copies = max(1, int(total_bytes // (n * k * 2)))
         weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
         x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
         lab.check(f"book matvec, {name}", fused.matvec(x, weights[0]),
                   x.double() @ weights[0].double().T, tolerance=1e-2)
+        replays = {}
         for kernel, fn, pdl in (("cuBLAS", F.linear, False), ("book, no PDL", fused.matvec, False),
                                 ("book", fused.matvec, True)):
             with fused.pdl(pdl):
-                replay = _graphed([lambda w=w: fn(x, w) for w in weights])
+                replays[kernel] = graphed([lambda w=w: fn(x, w) for w in weights]).replay
+        times = lab.compare(replays, case={"part": "matvec", "shape": name}, key="kernel",
+                            metric="time", unit="us", baseline="cuBLAS", warmup=3, repetitions=20)
+        for kernel, t in times.items():
             case = {"part": "matvec", "shape": name, "kernel": kernel}
-            t = lab.time(replay, case=case, metric="time", unit="us", warmup=3, repetitions=20)
             lab.value(case=case, metric="per_call", unit="us", value=t.median / copies)
             lab.value(case=case, metric="fraction_of_copy", unit="",
                       value=copies * n * k * 2 / (t.median * 1e-6) / 1e9 / copy_gbs)
-        del weights
+        del weights, replays
         torch.cuda.empty_cache()
 # --8<-- [end:matvec_table]
-
-
-def _graphed(calls):
-    """One CUDA graph of ``calls`` (after a warm-up that autotunes): its replay."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for call in calls:
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    return graph.replay
 
 
 def main(argv=None) -> int:

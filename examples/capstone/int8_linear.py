@@ -17,9 +17,12 @@ from typing import NamedTuple
 
 import torch
 
+from examples.capstone.model import Layer, Weights
+
 try:  # Triton is optional on the CPU
     import triton
     import triton.language as tl
+    import triton.testing
 except ImportError:  # pragma: no cover - the [triton] extra is installed in CI
     triton = None
 
@@ -38,6 +41,22 @@ def quantize(w: torch.Tensor) -> Int8Weight:
 # --8<-- [end:quantize]
 
 
+def quantized(w: Weights) -> Weights:
+    """The same model with every matrix a step multiplies by in int8."""
+    layers = [Layer(lay.attn_norm, quantize(lay.wqkv), quantize(lay.wo), lay.ffn_norm,
+                    quantize(lay.w13), quantize(lay.w2)) for lay in w.layers]
+    return Weights(w.config, w.embed, layers, w.norm, quantize(w.output))
+
+
+def autotune_bench(kernel_call, quantiles):
+    """The timer the book's autotuned kernels choose with: 25 ms of calls per
+    candidate, not Triton's default 100. Each call follows an L2 flush; a
+    matrix-vector product of Llama 3 8B takes 10-250 µs, so that is the median
+    of 80 to 300 calls, which already separates candidates a per cent apart,
+    and every candidate of every shape costs a quarter of the time."""
+    return triton.testing.do_bench(kernel_call, warmup=5, rep=25, quantiles=quantiles)
+
+
 if triton is not None:
     # --8<-- [start:kernel]
     @triton.autotune(
@@ -47,6 +66,7 @@ if triton is not None:
                                (32, 256, 4), (32, 256, 8), (64, 128, 8)]
         ],
         key=["N", "K"],
+        do_bench=autotune_bench,
     )
     @triton.jit
     def _int8_gemv_kernel(x_ptr, q_ptr, scale_ptr, y_ptr, N, K,
@@ -84,6 +104,15 @@ def int8_gemv(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
     else:
         _int8_gemv_kernel.fn[grid](x, q, scale, y, n, k, **blocks)
     return y
+
+
+def int8_chosen_configs() -> list[str]:
+    """What the autotuner kept for each shape it has seen: (N, K) -> blocks (the
+    evidence a later pruning of its candidates can cite)."""
+    if triton is None:
+        return []
+    return [f"N={key[0]} K={key[1]}: BLOCK_N={cfg.kwargs['BLOCK_N']} BLOCK_K={cfg.kwargs['BLOCK_K']} "
+            f"warps={cfg.num_warps}" for key, cfg in _int8_gemv_kernel.cache.items()]
 
 
 def reference_int8_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -271,6 +271,38 @@ class Decoder:
         run = self.graph.replay if self.graph is not None else self.advance
         for _ in range(steps):
             run()
+
+
+def graphed(calls: Sequence[Callable[[], object]]) -> torch.cuda.CUDAGraph:
+    """One CUDA graph of ``calls`` in order, after each ran once on a side stream
+    (which compiles, autotunes and allocates outside the capture)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for call in calls:
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    return graph
+
+
+def graph_pool_mib(graph: torch.cuda.CUDAGraph, snapshot: list[dict] | None = None) -> float:
+    """MiB the caching allocator holds in ``graph``'s private memory pool.
+
+    Read from the allocator's segments (``snapshot``: ``torch.cuda.memory_snapshot()``),
+    not as reserved memory after the capture minus before: the capture empties the
+    allocator's cache first, so that difference is negative when cached blocks are
+    released, as for a run's first graph.
+    """
+    pool = tuple(graph.pool())
+    segments = torch.cuda.memory_snapshot() if snapshot is None else snapshot
+    held = sum(s["total_size"] for s in segments if tuple(s.get("segment_pool_id", ())) == pool)
+    if held < 0:
+        raise ValueError(f"the graph's pool holds {held} bytes: a pool cannot hold less than nothing")
+    return held / 2**20
 
 
 def prefill(w: Weights, prompt: torch.Tensor, cache: StaticCache | None, cos, sin,

@@ -24,6 +24,7 @@ import time
 import torch
 
 from examples.graphs.capture_replay import Block, capture
+from examples.lab.kernels import gpu_split
 
 
 # --8<-- [start:model]
@@ -49,30 +50,12 @@ def profile_kernels(
     fn, steps: int = 5
 ) -> tuple[float, float, list[str]] | None:
     """Kernels and GPU-busy µs per call of ``fn``, and the costliest kernels."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(
-        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]
-    ) as prof:
-        for _ in range(steps):
-            fn()
-        torch.cuda.synchronize()
-    kernels = [
-        e
-        for e in prof.events()
-        if e.device_type == DeviceType.CUDA
-        and not e.name.startswith(("Memcpy", "Memset"))
-    ]
-    if not kernels:
+    split = gpu_split(fn, steps)
+    if split is None or not split.durations_us:
         return None
-    busy_us = sum(e.time_range.elapsed_us() for e in kernels)
-    by_name: dict[str, float] = {}
-    for e in kernels:
-        by_name[e.name] = by_name.get(e.name, 0.0) + e.time_range.elapsed_us()
-    costliest = sorted(by_name, key=by_name.get, reverse=True)[:3]
-    names = [name[:120] for name in costliest]
-    return len(kernels) / steps, busy_us / steps, names
+    # busy here is the kernels' own time, summed (copies and fills left out)
+    busy_us = sum(map(sum, split.durations_us.values())) / steps
+    return split.kernels, busy_us, split.costliest(3)
 
 
 def measure(lab) -> None:
