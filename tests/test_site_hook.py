@@ -17,7 +17,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.hook_support import A100, CPU, FIXTURES, H100, H200, REPO, TOPIC, fixture_store, req, root  # noqa: F401 (a fixture)
+from tests.hook_support import (  # noqa: F401 (fixture_store: a fixture)
+    A100, CPU, FIXTURES, H100, H200, REPO, TOPIC, entry, fixture_store, grouped, req, root,
+)
 
 from mkdocs.config import load_config  # noqa: E402
 from mkdocs.exceptions import PluginError  # noqa: E402
@@ -699,3 +701,126 @@ def test_glossary_lines_are_abbreviations_each_defined_once():
         terms.append(match[1])
     assert len(terms) == len(set(terms)), sorted(t for t in terms if terms.count(t) > 1)
     assert {"GPU", "SM", "HBM", "IQR", "TF32", "KV", "cuBLAS"} <= set(terms)
+
+
+# -- board power: which reading, and none where a window had none -------------------------------
+
+def _power_run(run_id: str, *, watts: float | None, reading: str | None, summary: bool = True):
+    """A one-run H200 record whose time metric (layers=8, eager) and summary carry a power reading."""
+    from examples.lab.records import Load, LoadSummary, Metric, Row
+    from tests.fixtures import make_records as mk
+
+    load = Load(sm_mhz=1980, mem_mhz=3201, power_w=watts, power_reading=reading if watts is not None else None,
+                samples=12)
+    metric = Metric(unit="us", median=100.0, q1=99.0, q3=101.0, n=20, method="cuda_event", load=load)
+    loads = LoadSummary(sm_mhz_median=1980, sm_mhz_min=1900, sm_mhz_max=1980, mem_mhz_median=3201,
+                        power_w_median=watts, power_w_max=None if watts is None else watts + 5,
+                        power_reading=reading if watts is not None else None, samples=300, interval_ms=10.0)
+    record = mk.record(mk.machine(H200, "cuda", "NVIDIA H200", 132),
+                       [Row(case={"layers": 8, "mode": "eager"}, metrics={"time": metric})], "0" * 64, run_id,
+                       f"2026-11-2{run_id[-1]}T10:00:00+00:00", boot="0" * 8, load=loads if summary else None)
+    return entry(record)
+
+
+def _power_group(*runs) -> store.Group:
+    (g,) = grouped(*runs)
+    return g
+
+
+VALUE = "<!-- lab:value fixture.launch time layers=8 mode=eager stat=power_w -->"
+
+
+def _title(html: str) -> str:
+    return re.search(r'title="([^"]*)"', html)[1]
+
+
+def test_an_instantaneous_power_figure_says_so_on_the_page_and_in_its_title():
+    from lab_site import power
+
+    g = _power_group(*(_power_run(f"r{i}", watts=w, reading="instant") for i, w in enumerate((650.0, 690.0, 700.0))))
+    line = provenance.line(g, link)
+    explained = power.EXPLAINED["instant"].replace("'", "&#x27;")
+    assert f'SM 1,980{NBSP}MHz, 690 W of 700 W under load (power: <span title="{explained}">instantaneous</span>)' \
+        in line
+    value = markdown.value(req(VALUE), g)
+    assert value.endswith(f">690{NBSP}W</span>")
+    assert "board power while it was timed (instantaneous): NVML&#x27;s instantaneous board power " \
+           "(NVML_FI_DEV_POWER_INSTANT)" in _title(value)
+
+
+def test_power_of_older_records_is_named_a_one_second_average():
+    """Records made before they named their reading took nvmlDeviceGetPowerUsage: say so."""
+    g = _power_group(_power_run("r1", watts=120.0, reading=None), _power_run("r2", watts=130.0, reading=None))
+    line = provenance.line(g, link)
+    assert "125 W of 700 W under load (power: <span title=\"NVML&#x27;s board power averaged over the last " \
+           "second (nvmlDeviceGetPowerUsage): records made before they named their power reading took that one" in line
+    assert ">one-second average</span>)" in line
+    value = markdown.value(req(VALUE), g)
+    assert value.endswith(f">125{NBSP}W</span>") and "(one-second average): " in _title(value)
+    # The provenance line of the fixture records (made before records named it) says it too.
+    table = markdown.table(req("<!-- lab:table fixture.launch -->"), [group(_fixture(), H200)], link)
+    assert ">one-second average</span>)" in table
+
+
+def _fixture() -> store.Store:
+    return store.load([root(FIXTURES / "records")], REPO)
+
+
+def test_no_power_figure_is_a_dash_with_the_reason_and_never_a_crash():
+    """An averaged reading gives no figure for a window shorter than a second (power_w is None)."""
+    from lab_site import power
+
+    g = _power_group(_power_run("r1", watts=None, reading="one-second average"),
+                     _power_run("r2", watts=None, reading=None))
+    line = provenance.line(g, link)
+    assert f'SM 1,980{NBSP}MHz under load (<span title="' in line and ">no power figure</span>)" in line
+    assert " W" not in line.split("under load")[0]
+    value = markdown.value(req(VALUE), g)
+    assert value.endswith(">—</span>") and _title(value).split(" · ")[1] == power.NO_FIGURE.replace("'", "&#x27;")
+    with pytest.raises(figures.SelectionError, match="no power figure"):
+        figures.stat(figures.metric(g, figures.rows(g)[0], "time"), "power_w")
+    # Some runs with a figure, one without: the median of those that have one, the others counted.
+    mixed = _power_group(_power_run("r1", watts=600.0, reading="one-second average"),
+                         _power_run("r2", watts=None, reading=None),
+                         _power_run("r3", watts=640.0, reading="one-second average"))
+    value = markdown.value(req(VALUE), mixed)
+    assert value.endswith(f">620{NBSP}W</span>") and "1 of 3 runs have no power figure" in _title(value)
+    assert "620 W of 700 W under load (power: " in provenance.line(mixed, link)
+
+
+def test_runs_that_mix_readings_say_how_many_took_each():
+    g = _power_group(_power_run("r1", watts=690.0, reading="instant"), _power_run("r2", watts=700.0, reading=None),
+                     _power_run("r3", watts=680.0, reading="instant"))
+    assert ">instantaneous in 2 runs, one-second average in 1 run</span>)" in provenance.line(g, link)
+
+
+def test_a_run_without_load_samples_has_no_power_line_and_a_value_asking_for_it_is_an_error():
+    g = _power_group(_power_run("r1", watts=690.0, reading="instant", summary=False))
+    assert "under load" not in provenance.line(g, link)
+    from examples.lab.records import Metric
+
+    bare = figures.Figure("us", ((None, Metric(unit="us", median=1.0, method="cuda_event")),))
+    with pytest.raises(figures.SelectionError, match="has no power_w: no clocks or power were sampled"):
+        figures.power(bare)
+
+
+def test_the_formatting_and_power_modules_doctests_hold():
+    import doctest
+
+    from lab_site import fmt, power
+
+    for module in (fmt, power):
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.attempted and not result.failed, module.__name__
+
+
+def test_durations_read_as_a_reader_says_them():
+    from lab_site.fmt import duration, duration_range
+
+    assert [duration(s) for s in (1.35, 12.5, 61, 220.4, 616, 3600)] == \
+        [f"1.4{NBSP}s", f"13{NBSP}s", f"1{NBSP}min 1{NBSP}s", f"3{NBSP}min 40{NBSP}s", f"10{NBSP}min 16{NBSP}s",
+         f"1{NBSP}h"]
+    assert duration_range(8.7, 12.4) == f"8.7–12{NBSP}s"
+    assert duration_range(125, 145) == f"2{NBSP}min 5{NBSP}s – 2{NBSP}min 25{NBSP}s"
+    with pytest.raises(LabError, match="not a duration"):
+        duration(-1.0)
