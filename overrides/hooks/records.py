@@ -12,7 +12,7 @@ roots of ``extra.lab.record_roots`` (and the folders named in the environment va
     <!-- lab:notes TOPIC [keys=a,b] -->                           (what an example observed)
     <!-- lab:timeline TOPIC note=KEY [title="..."] -->            (a profiler timeline in a note: timeline.py)
     <!-- lab:calculator NAME [machine=SLUG] -->                   (a live model; lab_site/calculators.py)
-    <!-- lab:generated NAME -->                                   (machines, records, claims, glossary: generated.py)
+    <!-- lab:generated NAME -->                                   (machines, seconds, records, claims, glossary: generated.py)
 
 A topic has many independent runs per kind of machine; a page shows one tab per group
 of runs (``lab_site.store.Group``) and every figure is the median across the runs of
@@ -23,6 +23,10 @@ whose runs differ by more than 15 % of that median is *noisy*: tables flag it, a
 axes in words (``xlabel``, ``ylabel``; the y unit is appended), draws the median of
 each series with a band from the lowest to the highest run, and labels each series
 with its value, or as ``legend=`` renames it.
+
+A power figure (``stat=power_w``, the provenance line) names its NVML reading,
+instantaneous or one-second average (``lab_site.power``); a window too short for the
+average has none, shown as "—" with the reason in its title.
 
 A problem in a page or a record stops the build with the page named; a claim that a run
 of the book's GPU records contradicts, or that no GPU record can check, is a warning, so

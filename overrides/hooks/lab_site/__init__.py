@@ -8,12 +8,14 @@
 - :mod:`.fmt`: numbers with their units, as the prose shows them;
 - :mod:`.claims`: checking a claim against every run of every GPU;
 - :mod:`.provenance`: the line that says where a tab's numbers come from;
+- :mod:`.power`: board power figures and which NVML reading each is (or why there is none);
 - :mod:`.markdown`: tables, tabs, values and claim badges as Markdown;
 - :mod:`.series` and :mod:`.plot`: a group's rows as series, drawn as SVG line plots that
   read in the light and the dark palette;
 - :mod:`.timeline`: a profiler timeline kept in a record's note, checked (drawn by :mod:`.plot`);
 - :mod:`.calculators`: live models whose inputs start from the records;
-- :mod:`.generated`: sections made from all the records or the glossary (the appendices).
+- :mod:`.generated`: sections made from all the records or the glossary (the appendices, and
+  Appendix A's seconds per topic and GPU: what one ``lab run --all`` costs).
 
 Everything here raises :class:`LabError` for a problem in a page or a record; the hook
 turns it into a ``PluginError`` that names the page.
