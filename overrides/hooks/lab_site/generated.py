@@ -224,9 +224,9 @@ def seconds(store: Store, primary: str | None) -> str:
                                "**one `lab run --all`**"), ""]
     if multi:
         counts = sorted({g.record.machine.gpu_count for g in multi})
-        out += [f"Topics that need several GPUs run only on a machine that has them, after the others: "
-                f"there `lab run --all` takes the single-GPU topics' sum above and the sum below for its "
-                f"number of GPUs ({' or '.join(map(str, counts))} in these records).", "",
+        out += [f"Topics that need several GPUs run only on a machine that has them: there `lab run --all` "
+                f"costs the single-GPU topics' sum above plus the sum below for its number of GPUs "
+                f"({' or '.join(map(str, counts))} in these records).", "",
                 _seconds_table(multi, lambda g: (g.root.index, g.record.machine.gpu_count, g.label),
                                "**all of them**"), ""]
     if any(g.stale and _wall_times(g) for g in gpu):  # a time marked stale above
