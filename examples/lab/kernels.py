@@ -66,12 +66,16 @@ def gpu_split(fn: Callable[[], object], calls: int, *, host_ops: bool = True) ->
     for e in prof.profiler.kineto_results.events():
         if e.device_type() != DeviceType.CUDA or getattr(e, "is_hidden_event", lambda: False)():
             continue
-        start, end = e.start_ns() / 1e3, e.end_ns() / 1e3
+        start = e.start_ns() / 1e3
+        end = start + e.duration_ns() / 1e3
         spans.append((start, end))
-        if not e.name().startswith(("Memcpy", "Memset")):
-            durations.setdefault(e.name(), []).append(end - start)
+        name = e.name()
+        if not name.startswith(("Memcpy", "Memset")):
+            durations.setdefault(name, []).append(end - start)
     if not spans:
         return None
+    # the names the profiler's tables show (demangled, as its FunctionEvents are)
+    durations = {torch._C._demangle(name): d for name, d in durations.items()}
     spans.sort()
     busy, reached = 0.0, spans[0][0]
     for start, end in spans:  # the union of the intervals: overlapping work counts once
