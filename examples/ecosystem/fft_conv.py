@@ -7,7 +7,9 @@ the same convolution done through the FFT (pad, ``rfft2``, multiply,
 ``torch.backends.cudnn.benchmark`` off (cuDNN's heuristic picks an
 algorithm) and on (cuDNN times its algorithms on the first call). The
 convolutions run twice: with cuDNN's TF32 off (full FP32) and on (PyTorch's
-default for convolutions); the flags are restored afterwards.
+default for convolutions); the flags are restored afterwards. The variants
+of each comparison are timed in interleaved rounds (``lab.compare``), the
+convolutions on a GPU as CUDA graph replays (see ``conv_sweep``).
 """
 
 from __future__ import annotations
@@ -50,16 +52,23 @@ def batched_vs_loop(lab, signals: int, length: int) -> None:
               tolerance=1e-5)
     lab.check("FFTs one by one", torch.view_as_real(torch.stack(one_by_one())),
               expected, tolerance=1e-5)
-    t = {}
-    for name, fn in (("batched", batched), ("one by one", one_by_one)):
-        case = {"part": "batched FFT", "fft": name, "signals": signals,
-                "length": length}
-        t[name] = lab.time(fn, case=case, metric="time", unit="us").median
-        lab.value(case=case, metric="per_signal", unit="us",
-                  value=t[name] / signals)
-    lab.value(case={"part": "batched FFT", "fft": "one by one",
-                    "signals": signals, "length": length},
-              metric="slowdown", unit="x", value=t["one by one"] / t["batched"])
+    # Interleaved rounds; the batched call's ``speedup`` is the loop's sample
+    # over its own in the same round. Both ran for their checks: the plans
+    # exist, and a few rounds bring the clocks up.
+    times = lab.compare({"batched": batched, "one by one": one_by_one},
+                        case={"part": "batched FFT", "signals": signals,
+                              "length": length},
+                        key="fft", metric="time", unit="us",
+                        baseline="one by one", warmup=WARMUP)
+    for name, t in times.items():
+        lab.value(case={"part": "batched FFT", "signals": signals,
+                        "length": length, "fft": name},
+                  metric="per_signal", unit="us", value=t.median / signals)
+
+
+#: Warm-up rounds of the interleaved timings: every variant has run before
+#: (its check, cuDNN's search, cuFFT's plan), so these only bring the clocks up.
+WARMUP = 5
 
 
 def in_fresh_thread(lab, fn):
@@ -94,58 +103,100 @@ def in_fresh_thread(lab, fn):
     return value
 
 
-def conv_sweep(lab, n, c, size, kernels_k, tf32: bool, reps) -> None:
-    cudnn = torch.backends.cudnn
-    cudnn.allow_tf32 = tf32
-    mode = "on" if tf32 else "off"
-    # TF32 keeps 10 mantissa bits: ~1e-3 relative error is expected.
-    tol = 5e-3 if tf32 else 1e-4
-    for k in kernels_k:
-        x = torch.randn(n, c, size, size, device=lab.device)
-        w = torch.randn(c, c, k, k, device=lab.device) / k
-        expected = F.conv2d(x.double(), w.double(), padding=k // 2)
-        direct = lambda: F.conv2d(x, w, padding=k // 2)  # noqa: E731
-        times = {}
+def replayable(lab, fn):
+    """What the timing calls for ``fn``: on a GPU, the replay of a CUDA graph
+    that captured one call (the kernels, and so the cuDNN plan, fixed at
+    capture); on the CPU, ``fn`` itself."""
+    if not lab.cuda:
+        return fn
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up on a side stream before capture
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
 
-        def run(name, fn, bench):
-            cudnn.benchmark = bench
-            case = {"part": "conv", "filter": k, "method": name,
-                    "cudnn_tf32": mode}
+
+def first_call(lab, fn, benchmark: bool, noted: str | None):
+    """In a fresh thread (an empty plan cache), with ``cudnn.benchmark`` as
+    given: the first call's output and wall time (the search, in benchmark
+    mode), the kernels it ran if ``noted``, and the call made replayable
+    there, with the plan that thread chose."""
+    cudnn = torch.backends.cudnn
+
+    def run():
+        cudnn.benchmark = benchmark
+        try:
             began = time.perf_counter()
             out = fn()  # benchmark mode searches here, on the first call
             lab.synchronize()
-            first = time.perf_counter() - began
-            lab.check(f"{name} {k}x{k}, TF32 {mode}", out, expected,
-                      tolerance=tol if name != "FFT" else 1e-4)
-            del out
-            if name != "FFT":
-                # The first call's wall time: with benchmark on, the search.
-                lab.keep_samples([first * 1e3], case=case,
-                                 metric="first_call", unit="ms",
-                                 method="host clock, one synchronized call")
-            times[name] = lab.time(fn, case=case, metric="time", unit="ms",
-                                   warmup=None if reps is None else 5,
-                                   repetitions=reps).median
-            if lab.cuda and k in NOTED_FILTERS:
-                lab.note(f"kernels, {name}, {k}x{k}, TF32 {mode}",
-                         kernel_names(fn))
+            seconds = time.perf_counter() - began
+            names = kernel_names(fn) if noted and lab.cuda else None
+            return out, seconds, names, replayable(lab, fn)
+        finally:
             cudnn.benchmark = False
 
-        # Each cuDNN mode in its own thread: a fresh plan cache for each.
-        in_fresh_thread(lab, lambda: run("direct, heuristic", direct, False))
-        in_fresh_thread(lab, lambda: run("direct, benchmark", direct, True))
-        run("FFT", lambda: fft_conv2d(x, w), False)  # no cuDNN inside
-        best_direct = min(times["direct, heuristic"],
-                          times["direct, benchmark"])
-        lab.value(case={"part": "conv", "filter": k, "method": "FFT",
-                        "cudnn_tf32": mode},
-                  metric="fft_speedup",
-                  unit="x", value=best_direct / times["FFT"])
-        lab.value(case={"part": "conv", "filter": k,
-                        "method": "direct, benchmark", "cudnn_tf32": mode},
-                  metric="benchmark_speedup", unit="x",
-                  value=times["direct, heuristic"]
-                  / times["direct, benchmark"])
+    return in_fresh_thread(lab, run)
+
+
+def conv_sweep(lab, n, c, size, kernels_k, reps) -> None:
+    """Each filter, with cuDNN's TF32 off and then on: the direct convolution
+    under the heuristic and under benchmark mode, and the FFT convolution.
+
+    PyTorch keeps the plan cuDNN chose in a per-thread cache that ignores
+    ``cudnn.benchmark``, so each mode chooses its plan in its own fresh thread
+    (``first_call``), and on a GPU the three are timed as CUDA graphs captured
+    there: the graphs hold the chosen kernels, so they can be replayed side
+    by side, in interleaved rounds, from this thread.
+    """
+    cudnn = torch.backends.cudnn
+    for k in kernels_k:
+        x = torch.randn(n, c, size, size, device=lab.device)
+        w = torch.randn(c, c, k, k, device=lab.device) / k
+        # One float64 reference for both modes, copied to the host once.
+        expected = F.conv2d(x.double(), w.double(), padding=k // 2).cpu()
+        direct = lambda: F.conv2d(x, w, padding=k // 2)  # noqa: E731
+        fft = lambda: fft_conv2d(x, w)  # noqa: E731  no cuDNN inside
+        for tf32 in (False, True):
+            cudnn.allow_tf32 = tf32
+            mode = "on" if tf32 else "off"
+            # TF32 keeps 10 mantissa bits: ~1e-3 relative error is expected.
+            tol = 5e-3 if tf32 else 1e-4
+            case = {"part": "conv", "filter": k, "cudnn_tf32": mode}
+            noted = k in NOTED_FILTERS
+            variants = {}
+            for name, benchmark in (("direct, heuristic", False),
+                                    ("direct, benchmark", True)):
+                out, seconds, names, variants[name] = first_call(
+                    lab, direct, benchmark, noted)
+                lab.check(f"{name} {k}x{k}, TF32 {mode}", out, expected,
+                          tolerance=tol)
+                del out
+                lab.keep_samples([seconds * 1e3], case={**case, "method": name},
+                                 metric="first_call", unit="ms",
+                                 method="host clock, one synchronized call")
+                if names is not None:
+                    lab.note(f"kernels, {name}, {k}x{k}, TF32 {mode}", names)
+            lab.check(f"FFT {k}x{k}, TF32 {mode}", fft(), expected,
+                      tolerance=1e-4)
+            if noted and lab.cuda:
+                lab.note(f"kernels, FFT, {k}x{k}, TF32 {mode}",
+                         kernel_names(fft))
+            variants["FFT"] = replayable(lab, fft)
+            # ``speedup``: the heuristic's sample over each other method's,
+            # round by round.
+            times = {name: t.median for name, t in lab.compare(
+                variants, case=case, key="method", metric="time", unit="ms",
+                baseline="direct, heuristic", repetitions=reps,
+                warmup=None if reps is None else WARMUP).items()}
+            del variants
+            best_direct = min(times["direct, heuristic"],
+                              times["direct, benchmark"])
+            lab.value(case={**case, "method": "FFT"}, metric="fft_speedup",
+                      unit="x", value=best_direct / times["FFT"])
 
 
 #: Filters whose kernels the record names (the profiler costs a second).
@@ -162,14 +213,11 @@ def measure(lab) -> None:
     try:
         if lab.quick:
             batched_vs_loop(lab, 64, 1024)
-            for tf32 in (False, True):
-                conv_sweep(lab, 2, 4, 64, (3, 11, 21), tf32, None)
+            conv_sweep(lab, 2, 4, 64, (3, 11, 21), None)
             return
         batched_vs_loop(lab, 1024, 4096)
-        for tf32 in (False, True):
-            # 20 repetitions: each call is 0.3-50 ms, the spread is small.
-            conv_sweep(lab, 8, 32, 256, (3, 5, 7, 9, 11, 15, 21, 31), tf32,
-                       20)
+        # 20 repetitions: each call is 0.3-50 ms, the spread is small.
+        conv_sweep(lab, 8, 32, 256, (3, 5, 7, 9, 11, 15, 21, 31), 20)
     finally:
         cudnn.allow_tf32, cudnn.benchmark = saved
 
