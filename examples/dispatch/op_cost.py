@@ -5,7 +5,8 @@ is what Python, the dispatcher, autograd and (on a GPU) the launch cost. Each
 mode is timed as the average of many back-to-back chains on a host clock, the
 four modes of a device interleaved in rounds (``Lab.compare``): plain tensors;
 a tensor that requires grad (autograd records a node per op); the same under
-``torch.no_grad()``; and tensors made and used under ``torch.inference_mode()``.
+``torch.no_grad()``; and tensors made and used under
+``torch.inference_mode()``.
 
 All of it is host work, and hosts of one GPU kind differ by up to 2x, so each
 op's cost is also kept in units of this run's own tiny op
