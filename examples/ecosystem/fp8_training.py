@@ -32,9 +32,11 @@ much GEMM time there is to save against those passes: the Llama 3 8B shape
 
 Each variant is checked first: its output, and the gradients of the input
 and of ``w2``, against the same block computed in float64 from the same
-weights and inputs. Then a step is timed: ``inner`` steps back to back per
-sample, on pre-made random inputs that rotate (made outside the timed
-region); the gradients are dropped inside the step (``grad = None``, a few
+weights and inputs. Then the four variants of a shape, each compiled once,
+are timed in interleaved rounds (``lab.compare``): ``inner`` steps back to
+back per sample, on pre-made random inputs that rotate (made outside the
+timed region), and each FP8 recipe's ``speedup`` is the paired ratio of the
+BF16 sample and its own in the same round; the gradients are dropped inside the step (``grad = None``, a few
 Python assignments) so that none accumulates. On a GPU, the profiler also
 sums the durations of one step's kernels (``kernel_time``): where a step's
 time exceeds it, the host (guards, launches, autograd), not the GPU, sets
@@ -48,13 +50,13 @@ from __future__ import annotations
 import copy
 import logging
 import sys
+import types
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from examples.lab.harness import Unavailable
-from examples.lab.kernels import kernel_names
 
 RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 #: (tokens, d, h): Llama 3 8B's feed-forward block, then a smaller one where
@@ -122,12 +124,25 @@ def build(block: nn.Module, recipe: str):
         config = Float8LinearConfig.from_recipe_name(recipe)
         convert_to_float8_training(block, config=config)  # nn.Linear -> Float8Linear
 
-    @torch.compile(dynamic=False)  # fuses the amax and cast passes
     def forward(x):
         out = block(x)
         return out, out.float().pow(2).mean()
+
+    forward = torch.compile(own_code(forward), dynamic=False)  # fuses the casts
     # --8<-- [end:recipe]
     return block, forward
+
+
+def own_code(fn):
+    """``fn`` with a code object of its own.
+
+    Dynamo keeps compiled code per code object, and every ``forward`` that
+    ``build`` makes shares one: the recipes, compiled side by side to be timed
+    in interleaved rounds, would share one cache, and each call would test
+    the guards of the other recipes' entries before finding its own.
+    """
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
+                              fn.__defaults__, fn.__closure__)
 
 
 def training_step(block: nn.Module, forward, x: torch.Tensor) -> torch.Tensor:
@@ -145,60 +160,80 @@ def measure_shape(lab, tokens: int, d: int, h: int) -> None:
     torch.manual_seed(0)
     base = SwiGLU(d, h).to(lab.device, dtype)
     x = torch.randn(tokens, d, device=lab.device, dtype=dtype)
-    # The reference: the same weights and input, in float64.
+    # The reference: the same weights and input, in float64, copied to the
+    # host once for the checks of every recipe.
     ref = copy.deepcopy(base).double()
     x_ref = x.double().requires_grad_()
     out_ref = ref(x_ref)
     out_ref.pow(2).mean().backward()
+    out_ref, grad_x_ref, grad_w_ref = (t.detach().cpu() for t in (
+        out_ref, x_ref.grad, ref.w2.weight.grad))
+    del ref, x_ref
     inputs = [(torch.randn_like(x).requires_grad_(),) for _ in range(3)]
     large = (tokens, d, h) == max(shapes(lab))
-    base_ms = base_gpu_ms = None
+    torch._dynamo.reset()  # the last shape's compiled code is of no more use
+    steps = {}
     for recipe in ("bf16", *RECIPES):
-        torch._dynamo.reset()  # each variant compiled afresh, never against another's cache
         case = {"recipe": recipe, "tokens": tokens, "d": d, "h": h}
-        block, forward = build(base, recipe)
+        block, forward = build(base, recipe)  # compiled once, on the first step
         xi = x.clone().requires_grad_()
         out = training_step(block, forward, xi)
         tol = TOLERANCE["bf16" if recipe == "bf16" else "fp8"]
         where = f"{recipe}, tokens={tokens}, d={d}, h={h}"
         err_out = lab.check(f"{where}: output", out, out_ref, tolerance=tol["out"])
-        err_x = lab.check(f"{where}: grad of input", xi.grad, x_ref.grad, tolerance=tol["grad"])
-        err_w = lab.check(f"{where}: grad of w2", block.w2.weight.grad, ref.w2.weight.grad,
+        err_x = lab.check(f"{where}: grad of input", xi.grad, grad_x_ref, tolerance=tol["grad"])
+        err_w = lab.check(f"{where}: grad of w2", block.w2.weight.grad, grad_w_ref,
                           tolerance=tol["grad"])
         lab.value(case=case, metric="error_out", unit="", value=err_out)
         lab.value(case=case, metric="error_grad_x", unit="", value=err_x)
         lab.value(case=case, metric="error_grad_w", unit="", value=err_w)
         del out, xi
-        ms = lab.time(lambda x: training_step(block, forward, x), case=case, metric="time", unit="ms",
-                      inner=1 if lab.quick else 5, inputs=inputs, warmup=None if lab.quick else 5,
-                      repetitions=None if lab.quick else REPETITIONS).median
+        steps[recipe] = (lambda x, block=block, forward=forward:
+                         training_step(block, forward, x))
+    del out_ref, grad_x_ref, grad_w_ref
+    # Interleaved rounds, one sample of every recipe per round; each FP8
+    # recipe's ``speedup`` is BF16's sample over its own in the same round.
+    times = lab.compare(steps, case={"tokens": tokens, "d": d, "h": h},
+                        key="recipe", metric="time", unit="ms", baseline="bf16",
+                        inner=1 if lab.quick else 5, inputs=inputs,
+                        warmup=None if lab.quick else 5,
+                        repetitions=None if lab.quick else REPETITIONS)
+    gpu_ms = {}
+    for recipe, step in steps.items():
+        case = {"recipe": recipe, "tokens": tokens, "d": d, "h": h}
         lab.value(case=case, metric="rate", unit="TFLOP/s",
-                  value=training_flops(tokens, d, h) / (ms * 1e-3) / 1e12)
-        gpu_ms = kernel_ms(lab, lambda: training_step(block, forward, inputs[0][0]), case)
-        if recipe == "bf16":
-            base_ms, base_gpu_ms = ms, gpu_ms
-        else:
-            lab.value(case=case, metric="speedup", unit="x", value=base_ms / ms)
-            if gpu_ms and base_gpu_ms:
-                lab.value(case=case, metric="kernel_speedup", unit="x", value=base_gpu_ms / gpu_ms)
-        if lab.cuda and large:
-            lab.note(f"kernels, {recipe}, tokens={tokens}",
-                     kernel_names(lambda: training_step(block, forward, inputs[0][0])))
-        del block, forward
+                  value=training_flops(tokens, d, h) / (times[recipe].median * 1e-3) / 1e12)
+        gpu_ms[recipe] = kernel_ms(lab, lambda: step(inputs[0][0]), case, names=large)
+        if recipe != "bf16" and gpu_ms[recipe] and gpu_ms["bf16"]:
+            lab.value(case=case, metric="kernel_speedup", unit="x",
+                      value=gpu_ms["bf16"] / gpu_ms[recipe])
 
 
-def kernel_ms(lab, step, case) -> float | None:
+def kernel_ms(lab, step, case, names: bool = False) -> float | None:
     """On a GPU, keep the kernels' durations summed per step (``kernel_time``):
-    against ``time``, it says whether the GPU or the host sets the pace."""
+    against ``time``, it says whether the GPU or the host sets the pace. With
+    ``names``, note the kernels too, from the same profiler session."""
     if not lab.cuda:
         return None
-    from examples.compile.fusion import kernel_time
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
 
+    from examples.compile.fusion import per_call
+
+    calls = lab.repetitions if lab.quick else REPETITIONS
     try:
-        samples, _ = kernel_time(step, lab.repetitions if lab.quick else REPETITIONS)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                step()
+            torch.cuda.synchronize()
+        events = prof.events()
+        samples, _ = per_call(events, calls)
     except RuntimeError as exc:  # an observation: a profiler that fails is noted
         lab.note(f"kernel_time, {case['recipe']}, tokens={case['tokens']}", str(exc)[:200])
         return None
+    if names:
+        lab.note(f"kernels, {case['recipe']}, tokens={case['tokens']}",
+                 sorted({e.name[:120] for e in events if e.device_type == DeviceType.CUDA}))
     return lab.keep_samples([s / 1e3 for s in samples], case=case, metric="kernel_time", unit="ms",
                             method="CUPTI kernel durations, summed per step",
                             inner=1).median
