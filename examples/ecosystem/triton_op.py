@@ -8,8 +8,10 @@ hand-written fake). Both are checked against a PyTorch twin, then each is
 compiled inside ``f(a, b) = op(a, b) * 2 + 1`` with ``fullgraph=True``, and
 the example records the graph breaks, whether the kernel's name is in
 Inductor's generated code, the GPU kernels per call and the time per call for
-a small (host-bound) and a large (memory-bound) input. The twin, compiled the
-same way, is the third row: Inductor writes its own kernel for all of it.
+a small (host-bound) and a large (memory-bound) input, the three compiled
+functions of one size timed in interleaved rounds (``lab.compare``, each op's
+``speedup`` paired against the twin's samples). The twin, compiled the same
+way, is the third row: Inductor writes its own kernel for all of it.
 
 On the CPU only the twin runs (compiled by Inductor for the CPU). The Triton
 ops run on CPU tensors in Triton's interpreter when ``TRITON_INTERPRET=1`` is
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import re
 import sys
+import types
 
 import torch
 import torch.nn.functional as F
@@ -86,10 +89,17 @@ def _(a, b):  # by hand: the compiler never looks inside the op
 
 
 def with_elementwise_work(op):
-    """``op(a, b) * 2 + 1``: work around the op that Inductor writes a kernel for."""
+    """``op(a, b) * 2 + 1``: work around the op that Inductor writes a kernel for.
+
+    Each function returned has a code object of its own: Dynamo keeps compiled
+    code per code object, and the registrations, compiled side by side to be
+    timed in interleaved rounds, would otherwise share one cache, each call
+    testing the guards of the others' entries before finding its own.
+    """
     def f(a, b):
         return op(a, b) * 2 + 1
-    return f
+    return types.FunctionType(f.__code__.replace(), f.__globals__, f.__name__,
+                              f.__defaults__, f.__closure__)
 
 
 def registrations(cuda: bool) -> dict:
@@ -149,30 +159,53 @@ def check_ops(lab) -> None:
                       tolerance=tolerance)
 
 
-def measure_compiled(lab, name: str, op, n: int, dtype: torch.dtype) -> None:
-    """``op(a, b) * 2 + 1`` under ``torch.compile``: breaks, code, kernels, time."""
-    from torch._inductor.utils import run_and_get_code
+def compile_and_get_code(compiled, *args):
+    """The first call of ``compiled`` (which compiles it) and Inductor's code for
+    it: ``run_and_get_code`` without its ``torch._dynamo.reset()``, which would
+    drop the other registrations' compiled code."""
+    from unittest import mock
 
+    from torch._inductor.graph import GraphLowering
+
+    codes: list[str] = []
+    with mock.patch.object(GraphLowering, "save_output_code", codes.append):
+        out = compiled(*args)
+    return out, codes
+
+
+def measure_size(lab, n: int, dtype: torch.dtype) -> None:
+    """``op(a, b) * 2 + 1`` under ``torch.compile`` for every registration, on
+    one input size: breaks, code and kernels, then the times, interleaved."""
     g = torch.Generator(device=lab.device).manual_seed(n)
     a, b = (torch.randn(n, generator=g, device=lab.device, dtype=dtype) for _ in range(2))
-    case = {"registration": name, "size": size_label(n)}
-    f = with_elementwise_work(op)
+    size = size_label(n)
+    fs = {name: with_elementwise_work(op) for name, op in registrations(lab.cuda).items()}
     if n == SMALL:  # what Dynamo sees does not depend on the size
-        lab.value(case=case, metric="graph_breaks", value=graph_breaks(f, a, b), unit="")
-    compiled = torch.compile(f, fullgraph=True, dynamic=False)
-    out, codes = run_and_get_code(compiled, a, b)  # resets Dynamo, then compiles
+        for name, f in fs.items():  # (explain resets Dynamo: before any compile)
+            lab.value(case={"registration": name, "size": size}, metric="graph_breaks",
+                      value=graph_breaks(f, a, b), unit="")
+    torch._dynamo.reset()  # the last size's compiled code is of no more use
     want = with_elementwise_work(silu_mul_reference)(a, b)
-    lab.check(f"compiled {name}, {case['size']}", out, want,
-              tolerance=1e-2 if dtype == torch.bfloat16 else 1e-6)
-    lab.time(lambda: compiled(a, b), case=case, metric="time", unit="us")
+    compiled = {}
+    for name, f in fs.items():
+        case = {"registration": name, "size": size}
+        compiled[name] = torch.compile(f, fullgraph=True, dynamic=False)
+        out, codes = compile_and_get_code(compiled[name], a, b)
+        lab.check(f"compiled {name}, {size}", out, want,
+                  tolerance=1e-2 if dtype == torch.bfloat16 else 1e-6)
+        if lab.cuda:
+            code = "\n".join(codes)
+            lab.value(case=case, metric="kernel_in_code", unit="",  # 1: Inductor launches it itself
+                      value=float(silu_mul_kernel.__name__ in code))
+            if n == SMALL:
+                lab.note(f"Inductor's launches, {name}", launch_lines(code))
+    # Interleaved rounds; each op's ``speedup`` is the twin's sample over its own.
+    lab.compare(compiled, case={"size": size}, key="registration", metric="time",
+                unit="us", baseline="torch", inputs=[(a, b)])
     if lab.cuda:
-        code = "\n".join(codes)
-        lab.value(case=case, metric="kernel_in_code", unit="",  # 1: Inductor launches it itself
-                  value=float(silu_mul_kernel.__name__ in code))
-        lab.value(case=case, metric="kernels_per_call", unit="",
-                  value=gpu_kernels_per_call(compiled, a, b))
-        if n == SMALL:
-            lab.note(f"Inductor's launches, {name}", launch_lines(code))
+        for name, fn in compiled.items():
+            lab.value(case={"registration": name, "size": size}, metric="kernels_per_call",
+                      unit="", value=gpu_kernels_per_call(fn, a, b))
 
 
 def measure(lab) -> None:
@@ -185,9 +218,8 @@ def measure(lab) -> None:
                   a.double() * torch.sigmoid(a.double()) * b.double(), tolerance=1e-6)
     dtype = torch.bfloat16 if lab.cuda else torch.float32
     large = 1 << 20 if lab.quick else 1 << 26  # 64 Mi bf16 = 128 MiB a tensor: past any L2
-    for name, op in registrations(lab.cuda).items():
-        for n in (SMALL, large):
-            measure_compiled(lab, name, op, n, dtype)
+    for n in (SMALL, large):
+        measure_size(lab, n, dtype)
 
 
 def main(argv=None) -> int:
