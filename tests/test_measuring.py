@@ -72,3 +72,27 @@ def test_ncu_is_told_to_profile_only_the_marked_region_with_caches_flushed():
     assert "--profile-from-start off" in joined and "--cache-control all" in joined
     assert "--clock-control none" in joined and cmd[-3:] == ["python3", "-c", "pass"]
     assert cmd[cmd.index("--metrics") + 1].split(",") == list(METRICS)
+
+
+def test_a_waiting_child_runs_only_after_go_and_leaves_on_an_error(tmp_path):
+    import sys
+
+    from examples.measuring._waiting_child import WaitingChild
+
+    marker = tmp_path / "ran"
+    child = [sys.executable, "-c",
+             "import sys; from pathlib import Path; "
+             "from examples.measuring._waiting_child import wait_for_go; "
+             f"wait_for_go(); Path({str(marker)!r}).write_text('ran'); print('done')"]
+    with WaitingChild(child) as waiting:
+        waiting.ready(timeout=120)
+        assert not marker.exists()  # loaded, waiting: nothing run yet
+        done = waiting.go(timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr
+    assert marker.read_text() == "ran"
+    marker.unlink()
+    with pytest.raises(ZeroDivisionError):
+        with WaitingChild(child) as waiting:
+            waiting.ready(timeout=120)
+            1 / 0  # the parent fails before its word: the child leaves without running
+    assert waiting.proc.returncode == 0 and not marker.exists()

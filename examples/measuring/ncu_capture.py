@@ -8,7 +8,10 @@ makes one weight of each shape and multiplies a vector by it through cuBLAS
 (``F.linear``) and through the book's Triton kernel
 (:func:`examples.capstone.fused.matvec`); profiling is switched on only
 around those four products (``cudaProfilerStart``/``Stop`` with
-``--profile-from-start off``), after the warm-up that autotunes. ``ncu``
+``--profile-from-start off``), after the warm-up that autotunes. The child
+starts first and waits, loaded, while this process checks the two kernels
+(``examples/measuring/_waiting_child.py``): the profiler's start overlaps
+the checks, never the GPU work. ``ncu``
 replays each launch with the caches flushed and the clocks left as they are,
 and reports, per kernel, its duration, the bytes it read from DRAM, DRAM
 throughput as a percentage of peak, the achieved occupancy, the grid and the
@@ -60,7 +63,9 @@ def profiled_products() -> None:
     import torch.nn.functional as F
 
     from examples.capstone import fused
+    from examples.measuring._waiting_child import wait_for_go
 
+    wait_for_go()  # loaded; the GPU is the parent's until it says go
     torch.manual_seed(0)
     operands = []
     for n, k in CAPTURED.values():
@@ -138,20 +143,25 @@ def measure(lab) -> None:
     import torch.nn.functional as F
 
     from examples.capstone import fused
+    from examples.measuring._waiting_child import WaitingChild
 
-    for shape, (n, k) in CAPTURED.items():  # first: the two kernels compute the product
-        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-        x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
-        exact = x.double() @ w.double().T
-        lab.check(f"cuBLAS, {shape}", F.linear(x, w), exact, tolerance=1e-2)
-        lab.check(f"book matvec, {shape}", fused.matvec(x, w), exact, tolerance=1e-2)
-        del w
     ncu = find_ncu()
     version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         log = str(Path(tmp, "ncu.csv"))
         cmd = ncu_command(ncu, log, [sys.executable, "-c", CHILD])
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=480)
+        # The child starts now: ncu, Python and torch load while this process
+        # checks the kernels; it touches the GPU only once told to go.
+        with WaitingChild(cmd) as child:
+            for shape, (n, k) in CAPTURED.items():  # the two kernels compute the product
+                w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+                x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+                exact = x.double() @ w.double().T
+                lab.check(f"cuBLAS, {shape}", F.linear(x, w), exact, tolerance=1e-2)
+                lab.check(f"book matvec, {shape}", fused.matvec(x, w), exact, tolerance=1e-2)
+                del w
+            torch.cuda.synchronize()
+            done = child.go(timeout=480)
         if done.returncode != 0 or not Path(log).exists():
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
             raise RuntimeError(f"ncu exited with {done.returncode}: {' | '.join(tail)}")

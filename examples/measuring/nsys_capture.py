@@ -18,7 +18,11 @@ the kernels, the GPU's busy time (the union of its kernels), the time the host
 spent inside launch calls and blocked in the synchronize, and how long after
 the step began its first kernel started. The median step of each kind is kept
 as a timeline the page draws. The same steps are also timed without ``nsys``,
-so the record shows what tracing itself costs.
+in this process, in interleaved rounds, so the record shows what tracing
+itself costs. The child starts first and waits, loaded, while this process
+checks and times the steps (``examples/measuring/_waiting_child.py``): the
+profiler's start overlaps that work, never the GPU work, and the untraced
+timing begins only once the child waits idle.
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ from pathlib import Path
 import torch
 
 from examples.lab.harness import Unavailable
+from examples.measuring._waiting_child import WaitingChild, wait_for_go
 
 REQUIRES_CUDA = True
 
@@ -97,6 +102,7 @@ def build_steps() -> tuple[dict, dict[str, torch.Tensor]]:
 # --8<-- [start:child]
 def captured_steps() -> None:
     """Run under nsys: warm up, then STEPS steps of each kind with capture on."""
+    wait_for_go()  # loaded; the GPU is the parent's until it says go
     steps, _ = build_steps()
     torch.cuda.profiler.start()  # cudaProfilerStart: nsys begins recording
     for kind, step in steps.items():
@@ -226,10 +232,19 @@ def run(cmd: list[str], what: str, timeout: int) -> str:
     return done.stdout + done.stderr
 
 
-def capture(nsys: str) -> tuple[dict[str, list[dict]], str]:
+def capture(nsys: str, parent_work) -> tuple[dict[str, list[dict]], str]:
+    """The child's steps under nsys, exported and read; ``parent_work()`` runs
+    while nsys and the child start, and the child touches the GPU only after it."""
     with tempfile.TemporaryDirectory() as tmp:
         report, database = str(Path(tmp, "steps")), str(Path(tmp, "steps.sqlite"))
-        log = run(nsys_command(nsys, report, [sys.executable, "-c", CHILD]), "nsys profile", 600)
+        cmd = nsys_command(nsys, report, [sys.executable, "-c", CHILD])
+        with WaitingChild(cmd) as child:
+            parent_work(child)
+            done = child.go(timeout=600)
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            raise RuntimeError(f"nsys profile exited with {done.returncode}: {' | '.join(tail)}")
+        log = done.stdout + done.stderr
         if not Path(report + ".nsys-rep").exists():
             raise RuntimeError("nsys wrote no .nsys-rep report (an nsys without its host importer "
                                "leaves only a .qdstrm file)")
@@ -239,21 +254,29 @@ def capture(nsys: str) -> tuple[dict[str, list[dict]], str]:
 
 
 def measure(lab) -> None:
-    steps, outputs = build_steps()
-    for kind, out in outputs.items():  # first: the steps compute something finite ...
-        lab.check(f"{kind}: finite", out.isfinite().double(), torch.ones_like(out, dtype=torch.float64),
-                  tolerance=0)
-    # ... and the graph replays the eager decode step (same token, same cache position).
-    lab.check("decode step: graph replay = eager", outputs["decode step, CUDA graph"],
-              outputs["decode step, eager"], tolerance=1e-2)
-    untraced = {kind: lab.time(step, case={"step": kind}, metric="untraced", unit="us",
-                               timer="host_sync", warmup=3, repetitions=30).median
-                for kind, step in steps.items()}  # the same steps without nsys
-    del steps, outputs
-    torch.cuda.empty_cache()
     nsys = find_nsys()
     version = run([nsys, "--version"], "nsys --version", 60).strip().splitlines()[-1]
-    captured, warning = capture(nsys)
+    untraced = {}
+
+    def untraced_steps(child) -> None:
+        """This process's share, while nsys and the child load: check the steps, then
+        time them untraced once the child waits idle."""
+        steps, outputs = build_steps()
+        for kind, out in outputs.items():  # first: the steps compute something finite ...
+            lab.check(f"{kind}: finite", out.isfinite().double(),
+                      torch.ones_like(out, dtype=torch.float64), tolerance=0)
+        # ... and the graph replays the eager decode step (same token, same cache position).
+        lab.check("decode step: graph replay = eager", outputs["decode step, CUDA graph"],
+                  outputs["decode step, eager"], tolerance=1e-2)
+        child.ready()  # loaded and waiting: nothing else on the host's clock
+        # The same steps without nsys, interleaved in rounds.
+        times = lab.compare(steps, case={}, key="step", metric="untraced", unit="us",
+                            timer="host_sync", warmup=3, repetitions=30)
+        untraced.update((kind, t.median) for kind, t in times.items())
+        del steps, outputs
+        torch.cuda.empty_cache()
+
+    captured, warning = capture(nsys, untraced_steps)
     method = "Nsight Systems trace (CUPTI), one NVTX range per step"
     timeline = {"unit": "us", "panels": []}
     for kind in KINDS:
