@@ -135,7 +135,8 @@ def build_extension(cuda: bool) -> float:
 
     sources = [CPP + (CPP_CUDA if cuda else "")]
     flags = ["-O1"]  # the host code only checks and launches: not timed
-    key = hashlib.sha256("".join(sources + [CUDA * cuda] + flags).encode()).hexdigest()
+    text = "".join(sources + [CUDA * cuda] + flags)
+    key = hashlib.sha256(text.encode()).hexdigest()
     folder = Path(tempfile.gettempdir(), f"book-ext-{key[:12]}")
     folder.mkdir(exist_ok=True)  # a second run reuses the build
     start = time.perf_counter()
