@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from examples.capstone.model import (
-    LLAMA3_8B, TINY, Config, Decoder, Layer, StaticCache, Weights, layer_step, prefill,
+    LLAMA3_8B, TINY, Config, Decoder, Layer, StaticCache, Weights, graphed, layer_step, prefill,
     random_weights, rope_tables)
 from examples.collectives.ring_allreduce import lined_up, spawn
 from examples.collectives.ring_model import ring_allreduce_seconds
@@ -89,22 +89,6 @@ def _generate(decoder: Decoder, first, steps: int) -> None:
     """``steps`` tokens from the same first token: the graph's replays, or eager."""
     decoder.reset(first)
     decoder.generate(steps)
-
-
-def _graphed(calls):
-    """One CUDA graph of ``calls`` (after an eager warm-up on a side stream): its replay."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for call in calls:
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()  # the warm-up's collectives done before capture begins
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    return graph.replay
 
 
 def worker(config: dict, device: torch.device) -> dict:
@@ -170,8 +154,8 @@ def _token_collectives(cfg: Config, device, dtype):
     world = dist.get_world_size()
     hidden = torch.randn(1, cfg.hidden, device=device, dtype=dtype)
     local = torch.randn(1, cfg.vocab // world, device=device, dtype=dtype)
-    return _graphed([lambda: dist.all_reduce(hidden)] * (2 * cfg.layers)
-                    + [lambda: gather_logits(local)])
+    return graphed([lambda: dist.all_reduce(hidden)] * (2 * cfg.layers)
+                   + [lambda: gather_logits(local)]).replay
 
 
 def _ring_inputs(cfg: Config, device, dtype, reps: int) -> dict:
@@ -183,8 +167,8 @@ def _ring_inputs(cfg: Config, device, dtype, reps: int) -> dict:
     big = torch.zeros(128 << 20, device=device, dtype=dtype)  # 256 MiB: bandwidth
     dist.all_reduce(big)
     samples = measure_rounds(
-        {"1 KiB": _graphed([lambda: dist.all_reduce(tiny)] * calls),
-         "8 KiB": _graphed([lambda: dist.all_reduce(hidden)] * calls),
+        {"1 KiB": graphed([lambda: dist.all_reduce(tiny)] * calls).replay,
+         "8 KiB": graphed([lambda: dist.all_reduce(hidden)] * calls).replay,
          "256 MiB": lambda: dist.all_reduce(big)},
         device=device, warmup=2, repetitions=reps, before=lined_up())
     return {"latency_1kib_us": [s * 1e6 / calls for s in samples["1 KiB"]],

@@ -2,7 +2,7 @@
 
 Trains a stack of linear layers with DistributedDataParallel on every GPU (or
 two CPU processes over gloo). A communication hook records the buckets DDP
-builds; three variants are timed (default buckets, one bucket, no
+builds; three variants are timed in alternating rounds (default buckets, one bucket, no
 communication at all); on GPUs the profiler's trace of one step gives when
 each bucket's all-reduce ran and how much of it hid behind backward kernels,
 and ``NCCL_DEBUG=INFO`` shows what NCCL set up.

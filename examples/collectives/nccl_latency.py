@@ -193,7 +193,8 @@ def measure(lab) -> None:
             worst[way, nbytes] = [max(s) * 1e6 for s in zip(*per_rank)]
             case = {"part": "sweep", "bytes": nbytes, "method": way, "gpus": p}
             t[way, nbytes] = lab.keep_samples(
-                worst[way, nbytes], case=case, metric="time", unit="us", method=how,
+                worst[way, nbytes], case=case, metric="time", unit="us",
+                method=how,
                 warmup=config["warmup"], inner=inner).median
             cases[way, nbytes] = case
     for (way, nbytes), case in cases.items():

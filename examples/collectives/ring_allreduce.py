@@ -108,18 +108,19 @@ def _rank_main(rank: int, world: int, worker, config: dict) -> None:
         dist.barrier()  # no rank leaves while a peer still communicates
     finally:
         dist.destroy_process_group()
-        gc.collect()  # the process group's last owners go while Python is whole
+        gc.collect()  # the group's last owners go while Python is whole
 
 
 def _quiesce(device: torch.device) -> None:
-    """Free what the worker left in reference cycles, and finish the device's work.
+    """Free what the worker left in reference cycles; let the device finish.
 
-    A DDP model sits in a reference cycle: ``del model`` leaves it, its reducer and
-    the process group it holds to the garbage collector, which may first run at
-    interpreter exit. Gloo's worker threads are then joined during finalization,
-    and a tensor they still hold takes the GIL from a dying interpreter: SIGABRT,
-    "terminate called without an active exception" (pytorch/pytorch#179291). Freed
-    here, they go while every rank is still alive and connected.
+    A DDP model sits in a reference cycle: ``del model`` leaves it, with its
+    reducer and the process group it holds, to the garbage collector, which
+    may first run at interpreter exit. Gloo's worker threads are then joined
+    during finalization, and a tensor they still hold takes the GIL from a
+    dying interpreter: SIGABRT, "terminate called without an active
+    exception" (pytorch/pytorch#179291). Freed here, they go while every
+    rank is still alive and connected.
     """
     gc.collect()
     if device.type == "cuda":
@@ -131,9 +132,9 @@ def _quiesce(device: torch.device) -> None:
 
 # --8<-- [start:lined_up]
 def lined_up(reset=None):
-    """``before`` for :func:`~examples.lab.timing.measure_rounds` in a rank:
-    restore the inputs (``reset(variant)``), let the device finish, then leave a
-    barrier with every other rank, so that all ranks start each sample together."""
+    """``before`` for :func:`examples.lab.timing.measure_rounds` in a rank:
+    restore the inputs (``reset(variant)``), let the device finish, then
+    leave a barrier with every other rank: all start each sample together."""
 
     def before(name: str) -> None:
         if reset is not None:
@@ -280,10 +281,10 @@ def measure(lab) -> None:
                   value=bus_bandwidth("all_reduce", gpus=p, algbw=algbw) / 1e9)
         if impl == "hand ring":  # NCCL's time over the ring's, round by round
             nccl = r["sweep"][f"dist.all_reduce|{nbytes}"]
-            lab.keep_samples([a / b for a, b in zip(nccl, samples, strict=True)],
-                             case=case, metric="speedup", unit="x",
-                             method=f"paired ratio dist.all_reduce / hand ring,"
-                                    f" {method}, interleaved rounds")
+            paired = [a / b for a, b in zip(nccl, samples, strict=True)]
+            lab.keep_samples(paired, case=case, metric="speedup", unit="x",
+                             method="paired ratio dist.all_reduce / hand "
+                                    f"ring, {method}, interleaved rounds")
         model = ring_allreduce_seconds(gpus=p, nbytes=nbytes, bandwidth=bw,
                                        latency=alpha)
         lab.value(case=case, metric="model_ratio", unit="x",
