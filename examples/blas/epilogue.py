@@ -87,9 +87,10 @@ def libraries(lab, x, w, shape) -> None:
     times = lab.compare(calls, case={"shape": shape}, key="variant",
                         metric="time", warmup=min(lab.warmup, 5))
     m, k = x.shape
+    flops = 2 * m * k * w.shape[0]
     for name, t in times.items():
         lab.value(case={"shape": shape, "variant": name}, metric="rate",
-                  unit="TFLOP/s", value=2 * m * k * w.shape[0] / t.median / 1e6)
+                  unit="TFLOP/s", value=flops / t.median / 1e6)
 
 
 # --8<-- [end:libraries]

@@ -396,7 +396,8 @@ def measure(lab) -> None:
         # Eager and compiled in alternating rounds; the speedup is the
         # median of the paired ratios eager / compiled of one round.
         times, kernels = interleaved(
-            lab, {"eager": lambda: fn(*args), "compiled": lambda: compiled(*args)},
+            lab, {"eager": lambda: fn(*args),
+                  "compiled": lambda: compiled(*args)},
             {"eager": (case, "eager_kernel_time"),
              "compiled": (case, "compiled_kernel_time")},
             baseline="eager", ratios={"compiled": (case, "speedup", 1.0)},
