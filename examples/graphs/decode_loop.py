@@ -24,6 +24,7 @@ import time
 import torch
 
 from examples.graphs.capture_replay import Block, capture
+from examples.lab import timing
 from examples.lab.kernels import gpu_split
 
 
@@ -117,11 +118,6 @@ def _measure_size(lab, hidden: int, layers: int, decode_step, dtype) -> None:
         tolerance=1e-3,
     )
     ways = {"eager": lambda: decode_step(x), "graph": graph.replay}
-    compiled = {}
-    if case == COMPILE_AT:
-        compiled = _compile(lab, case, decode_step, dtype)
-        ways.update({label: (lambda f=f: f(x))
-                     for label, f in compiled.items()})
     timed = lab.compare(ways, case=case, key="mode", metric="step",
                         unit="us", baseline="eager", warmup=WARMUP)
     kernels = _keep_profile(lab, eager_row, lambda: decode_step(x))
@@ -131,17 +127,18 @@ def _measure_size(lab, hidden: int, layers: int, decode_step, dtype) -> None:
                   unit="us")
         lab.value(case=eager_row, metric="per_tiny_op", unit="x",
                   value=per_kernel / lab.host_reference["tiny_op_us"])
-    for label, f in compiled.items():
-        _keep_profile(lab, {**case, "mode": label}, lambda f=f: f(x))
+    if case == COMPILE_AT:
+        _measure_compiled(lab, case, decode_step, dtype, eager_step=lambda: decode_step(x))
 
 
-def _compile(lab, case, decode_step, dtype) -> dict:
+def _measure_compiled(lab, case, decode_step, dtype, eager_step) -> None:
     """Compile: fusion alone, fusion replayed as graphs, and a pitfall.
 
-    All three stay alive, to be timed side by side with eager and the graph:
-    no reset between them (Dynamo keeps one entry per backend, and CUDAGraph
-    Trees one graph per function), which the compile times do not need either:
-    a reset clears neither Inductor's compiled kernels nor its caches.
+    Each variant is compiled after a reset, so that compile times compare, and
+    is timed interleaved with eager alone: two reduce-overhead functions (or
+    one beside a hand-captured graph of the same module) timed in one set of
+    rounds made CUDAGraph Trees replay into memory another graph had reused
+    (an illegal memory access on an H200, 2026-11-25).
     """
     plain = with_plain_weights(decode_step)
     variants = {
@@ -153,9 +150,8 @@ def _compile(lab, case, decode_step, dtype) -> dict:
         ),
     }
     hidden = case["hidden"]
-    torch._dynamo.reset()  # nothing an earlier topic compiled counts here
-    out = {}
     for label, (mode, fn) in variants.items():
+        torch._dynamo.reset()  # compile afresh, so compile times compare
         # --8<-- [start:compiled]
         # "reduce-overhead" replays Inductor's kernels as CUDA graphs
         compiled = torch.compile(fn, mode=mode)
@@ -179,8 +175,17 @@ def _compile(lab, case, decode_step, dtype) -> dict:
             decode_step(fresh),
             tolerance=5e-2,
         )
-        out[label] = compiled
-    return out
+        # Its own rounds against eager: the paired speedup, without another graph.
+        samples = timing.measure_interleaved(
+            {"eager": eager_step, label: lambda: compiled(x)}, device=lab.device,
+            timer=lab.timer, warmup=WARMUP, repetitions=lab.repetitions)
+        method = f"{lab.timer}, interleaved rounds with eager"
+        lab.keep_samples([s * 1e6 for s in samples[label]], case=row, metric="step",
+                         unit="us", method=method, warmup=WARMUP, inner=1)
+        lab.keep_samples([e / c for e, c in zip(samples["eager"], samples[label])],
+                         case=row, metric="speedup", unit="x",
+                         method=f"paired ratio eager / {label}, {method}")
+        _keep_profile(lab, row, lambda: compiled(x))
 
 
 def main(argv=None) -> int:

@@ -59,9 +59,14 @@ def _run(args) -> int:
     command = shlex.join(["python", "-m", "examples.lab", *sys.argv[1:]])
 
     failures, written, skipped, started = [], [], [], time.perf_counter()
+    poisoned_by = None  # a topic whose CUDA error left this process's context unusable
     bar = tqdm(topics, unit="topic", file=sys.stderr, dynamic_ncols=True)
     for topic in bar:
         bar.set_description(topic)
+        if poisoned_by:
+            failures.append(f"{topic}: not run: {poisoned_by}'s CUDA error ends every later topic of this "
+                            f"process (run it again alone: python -m examples.lab run {topic} --out {args.out})")
+            continue
         if os.environ.get("LAB_TRACE") == "1":
             print(f"[lab] {topic} begins at {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
         module = import_topic(topic)
@@ -87,6 +92,8 @@ def _run(args) -> int:
             continue
         except RuntimeError as exc:
             failures.append(f"{topic}: {failure_line(exc)}")
+            if device.type == "cuda" and "CUDA error" in str(exc):
+                poisoned_by = topic  # sticky: every later CUDA call of this process fails the same way
             continue
         written.append((write_record(args.out, record), record.run.wall_s))
     bar.close()
