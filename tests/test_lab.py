@@ -1,6 +1,7 @@
 """The measuring harness on CPU: timers, statistics, checks, provenance, runner, records."""
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import time
@@ -541,12 +542,18 @@ BOOK_KINDS = ("nvidia-h100-80gb-hbm3", "nvidia-h200")
 MIN_RUNS = 3
 
 
+@functools.cache
+def _source_sha256(source: str) -> str:
+    # Once per example, not once per record and topic: a hash reads the example, the
+    # modules it imports and the harness, and thousands of them took minutes of CI.
+    return provenance.source_sha256(REPO / source)
+
+
 def runs_by_kind(records, topic: str, *, min_gpus: int) -> dict[str, list]:
     """The current (not stale) runs of ``topic`` per machine slug, on machines with >= ``min_gpus`` GPUs."""
     kinds: dict[str, list] = {}
     for r in records:
-        current = provenance.source_sha256(REPO / r.source) == r.source_sha256
-        if r.topic == topic and r.machine.gpu_count >= min_gpus and current:
+        if r.topic == topic and r.machine.gpu_count >= min_gpus and _source_sha256(r.source) == r.source_sha256:
             kinds.setdefault(r.machine.slug, []).append(r)
     return kinds
 
