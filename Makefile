@@ -3,6 +3,7 @@
 #   make serve   build and serve the site at http://127.0.0.1:8000
 #                (RECORDS=DIR adds your records, from `python -m examples.lab run --out DIR`)
 #   make test    the same set-up, plus Debian's Chromium; build the site; run every test
+#                (on PYTEST_WORKERS=2 processes, reading that build)
 #
 # Set-up is idempotent: stamp files under .venv/ and node_modules/ record what is
 # done, and are redone only when pyproject.toml or package-lock.json change.
@@ -73,8 +74,14 @@ serve: setup
 build: setup
 	$(LAB_ENV) $(BIN)/mkdocs build --strict -d $(SITE_DIR)
 
+# pytest runs on PYTEST_WORKERS processes (pytest-xdist); --dist loadgroup keeps the tests
+# that share a costly fixture on one of them (tests/conftest.py). The tests read the site
+# that `build` has just made (LAB_BUILT_SITE) instead of building it again; a build with
+# your RECORDS is not the book's, so then they build their own.
+PYTEST_WORKERS ?= 2
 test: setup $(CHROMIUM) build
-	@status=0; $(BIN)/python -m pytest $(PYTEST_ARGS) || status=$$?; \
+	@status=0; $(if $(strip $(RECORDS)),,LAB_BUILT_SITE="$(abspath $(SITE_DIR))") \
+	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) || status=$$?; \
 	if [ $$status -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; \
 	exit $$status
 

@@ -60,9 +60,23 @@ def cli() -> type[Cli]:
     return Cli
 
 
+#: Set by ``make test`` to the folder its ``build`` step has just built, strictly, from
+#: this tree: the tests read that build instead of building the book a second time.
+BUILT_SITE_ENV = "LAB_BUILT_SITE"
+
+
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory) -> Path:
-    """The book, built once per session with ``--strict``, for every test that reads it."""
+    """The book, built once per session with ``--strict``, for every test that reads it.
+
+    Under ``make test`` it is the site that ``make build`` has just built (``$LAB_BUILT_SITE``);
+    run alone, pytest builds it here.
+    """
+    given = os.environ.get(BUILT_SITE_ENV)
+    if given:
+        site = Path(given)
+        assert (site / "index.html").is_file(), f"${BUILT_SITE_ENV}={given} holds no built site"
+        return site
     out = tmp_path_factory.mktemp("site")
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
@@ -73,8 +87,24 @@ def built_site(tmp_path_factory) -> Path:
     return out
 
 
+#: Fixtures too costly to make twice (a build, a real run of an example, a browser): under
+#: ``pytest -n 2 --dist loadgroup`` (pytest-xdist, as ``make test`` runs it) every test that
+#: uses one goes to the same worker, so each is made once per session, not once per worker.
+SHARED_FIXTURES = ("built_site", "reader_site", "one_gpu_reader", "reader", "runner_records", "quick_run",
+                   "browser", "tiny")
+
+
 def pytest_collection_modifyitems(config, items):
-    """``@pytest.mark.needs_cuda``: skipped, with that reason, where torch sees no GPU."""
+    """Group the users of a costly fixture (see SHARED_FIXTURES) on one xdist worker, and
+    ``@pytest.mark.needs_cuda``: skipped, with that reason, where torch sees no GPU."""
+    reused_site = bool(os.environ.get(BUILT_SITE_ENV))
+    for item in items:
+        for name in SHARED_FIXTURES:
+            if name in getattr(item, "fixturenames", ()) and not (name == "built_site" and reused_site):
+                # built_site is made once per session; the others once per module.
+                group = name if name == "built_site" else f"{name}@{item.path.name}"
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
     marked = [item for item in items if item.get_closest_marker("needs_cuda")]
     if not marked:
         return

@@ -71,12 +71,22 @@ def test_runs_on_cpu(topic, tmp_path, cli):
 
 
 @pytest.mark.parametrize("topic", TOPICS)
-def test_bad_flag_is_one_line(topic, cli):
+def test_bad_flag_is_one_line(topic, capsys):
+    """In-process, through ``main(argv)``: test_runs_on_cpu runs each module as ``python -m``
+    already, and a process per example here only re-imported torch (a minute and a half of CI)."""
+    module = _module(topic)
     # A calculator gets its good arguments too, so the bad flag is the only error.
-    argv = getattr(_module(topic), "EXAMPLE_ARGV", None) or []
-    proc = cli.run("-m", f"examples.{topic}", *argv, "--no-such-flag", timeout=TIMEOUT_S)
-    line = cli.one_line_error(proc, status=2)
-    assert "--no-such-flag" in line, cli.explain(proc)
+    argv = getattr(module, "EXAMPLE_ARGV", None) or []
+    try:
+        status = module.main([*argv, "--no-such-flag"])
+    except SystemExit as exit_info:
+        status = exit_info.code
+    out, err = capsys.readouterr()
+    shown = f"examples.{topic} {' '.join(argv)} --no-such-flag: exit {status}\n--- stdout\n{out}--- stderr\n{err}"
+    assert status == 2, shown
+    assert "Traceback" not in out + err, shown
+    lines = err.splitlines()
+    assert len(lines) == 1 and "--no-such-flag" in lines[0], f"expected exactly one line on stderr\n{shown}"
 
 
 # -- the launch-budget calculator (chapter 5's worked numbers) ------------------
