@@ -246,8 +246,10 @@ def capture(nsys: str, parent_work) -> tuple[dict[str, list[dict]], str]:
             raise RuntimeError(f"nsys profile exited with {done.returncode}: {' | '.join(tail)}")
         log = done.stdout + done.stderr
         if not Path(report + ".nsys-rep").exists():
+            said = [line.strip() for line in log.replace("\r", "\n").splitlines()
+                    if line.strip() and "%" not in line][-3:]  # nsys's last words, not its progress bars
             raise RuntimeError("nsys wrote no .nsys-rep report (an nsys without its host importer "
-                               "leaves only a .qdstrm file)")
+                               f"leaves only a .qdstrm file); nsys said: {' | '.join(said) or 'nothing'}")
         run(export_command(nsys, report + ".nsys-rep", database), "nsys export", 300)
         importer_errors = "Importer error status" in log or "Errors occurred while processing" in log
         return read_capture(database), ("the importer reported non-fatal errors" if importer_errors else "")
