@@ -30,7 +30,10 @@ average has none, shown as "—" with the reason in its title.
 
 A problem in a page or a record stops the build with the page named; a claim that a run
 of the book's GPU records contradicts, or that no GPU record can check, is a warning, so
-``--strict`` fails. Every claim and its verdicts (per GPU, with its runs) go to
+``--strict`` fails. Where every run of a group is stale (its code has changed since) and
+lacks the figure a shortcode asks for, the page says "not yet measured by the current
+code" (a claim there is *unverified*) instead: the records predate the figure; a group
+with a current run that lacks it is still an error (``lab_site.markdown``). Every claim and its verdicts (per GPU, with its runs) go to
 ``claims.json`` at the top of the built site.
 """
 from __future__ import annotations
@@ -55,6 +58,7 @@ from mkdocs.structure.files import File, Files  # noqa: E402
 from mkdocs.structure.pages import Page  # noqa: E402
 
 from lab_site import LabError  # noqa: E402
+from lab_site.figures import SelectionError  # noqa: E402
 from lab_site import calculators  # noqa: E402
 from lab_site import claims as claims_mod  # noqa: E402
 from lab_site import generated  # noqa: E402
@@ -191,7 +195,9 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
             _note_stale(page, groups)
             keys: set[str] = set()
             out = render.plot(req, groups, _link(page), lambda g: _plot(req, g, page, keys))
-            unknown = sorted(set(req.legend) - keys)
+            # A legend is checked against the series drawn; where every group's stale runs lack
+            # the plot (tabs saying so), nothing was drawn to check it against.
+            unknown = sorted(set(req.legend) - keys) if keys else []
             if unknown:
                 raise LabError(f"legend= names {', '.join(map(repr, unknown))}, which no series of {req.series} has "
                                f"(values: {', '.join(sorted(keys))})")
@@ -223,7 +229,12 @@ def _group(page: Page, topic: str, slug: str | None) -> store.Group:
 
 def _warn_if_noisy(req: shortcodes.ValueRequest, group: store.Group, page: Page) -> None:
     """A sentence must not quote one number for a figure whose runs disagree: say the range instead."""
-    row, figure = render.pick(req, group)
+    try:
+        row, figure = render.pick(req, group)
+    except SelectionError:
+        if group.stale:
+            return  # no figure to quote: render.value says it is not yet measured by the current code
+        raise
     a = figure.across
     if req.spread == "range" or req.stat != "median" or not a.noisy:
         return
@@ -281,6 +292,11 @@ def _claim(req: shortcodes.ClaimRequest, code: shortcodes.Shortcode, page: Page)
     if not result.verdicts:
         log.warning("%s: claim '%s' has no GPU record to check it against", src, req.describe())
     readers = {g.key for g in groups if g.root.index > 0}
+    for v in result.unverified:
+        # Records made by earlier code that lack the figure cannot check the claim: shown as
+        # unverified on the badge (and in claims.json and Appendix A) until the GPU reruns.
+        log.info("%s: claim '%s' is unverified on %s: its stale records lack this figure (%s)", src,
+                 req.describe(), v.machine, v.missing)
     for v in result.violated:
         # The book's records must keep the book's claims; a reader's GPU that does not is
         # a finding shown on the badge (and in claims.json), not a broken build.

@@ -9,7 +9,10 @@ feeds both the same inputs and requires the same results.
 
 A measured input is the median across the runs of the machine's records, rounded to
 three significant figures as ``lab:value`` shows it; it links to the latest run's
-record and its title gives the run-to-run range.
+record and its title gives the run-to-run range. Where every run of the machine is
+stale and lacks that figure, the input starts from the example's ``EXAMPLE_ARGV`` (or
+empty, for the reader to fill) and its link says "not yet measured by the current
+code"; a current machine lacking it is an error, as everywhere.
 """
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lab_site import LabError
-from lab_site.figures import metric, select
+from lab_site.figures import SelectionError, metric, select
+from lab_site.provenance import NOT_MEASURED
 from lab_site.fmt import date_span, format_quantity, format_range, plural
 from lab_site.shortcodes import CalculatorRequest, Scalar
 from lab_site.store import Group
@@ -213,6 +217,23 @@ def argv_defaults(calc: Calculator) -> dict[str, str]:
     return out
 
 
+def argv_value(calc: Calculator, f: Field) -> str:
+    """The example's stated value of a record-filled input (its ``EXAMPLE_ARGV``), as a reader types
+    it; ``''`` where it states none: the start value of an input no current record fills."""
+    argv = importlib.import_module(calc.module).EXAMPLE_ARGV
+    text = dict(zip(argv[::2], argv[1::2])).get(f.flag)
+    if text is None:
+        return ""
+    if f.from_argv is not None:
+        return _plain(f.from_argv(text))
+    text = text[: -len(f.suffix)] if f.suffix and text.endswith(f.suffix) else text
+    try:
+        float(text)
+    except ValueError:
+        return ""
+    return text
+
+
 def _plain(value: float) -> str:
     """A number as a reader types it: ``1000.0 -> '1000'``, ``14.6 -> '14.6'``."""
     return str(int(value)) if float(value).is_integer() else repr(float(value))
@@ -225,7 +246,7 @@ def _measured(calc: Calculator, f: Field, group: Group) -> tuple[str, str]:
     src = f.source
     rows = select(group, src.where)
     if len(rows) != 1:
-        raise LabError(f"calculator {calc.name}: {f.name}: the filters select {len(rows)} rows of {src.topic}")
+        raise SelectionError(f"calculator {calc.name}: {f.name}: the filters select {len(rows)} rows of {src.topic}")
     where = " ".join(f"{k}={v}" for k, v in src.where.items())
     if src.case_key:
         value = rows[0].case.get(src.metric)
@@ -264,9 +285,18 @@ def render(req: CalculatorRequest, group_of: Callable[[str, str | None], Group],
             value = defaults[f.name]
         else:
             group = group_of(f.source.topic, req.machine)
-            value, title = _measured(calc, f, group)
+            try:
+                value, title = _measured(calc, f, group)
+                shown = f"measured: {group.short_label}"
+            except SelectionError as exc:
+                if not group.stale:
+                    raise
+                value = argv_value(calc, f)
+                title = (f"{group.label} ({group.slug}) · {exc} · {group.stale_reason} · the start value is "
+                         + (f"the example's own ({f.flag} {value})" if value else "left for you to fill"))
+                shown = f"{NOT_MEASURED}: {group.short_label}"
             source_html = (f'<a class="lab-calc__source" href="{esc(link(group))}" title="{esc(title)}">'
-                           f'measured: {esc(group.short_label)}</a>')
+                           f'{esc(shown)}</a>')
         inputmode = "numeric" if f.kind == "int" else "decimal"
         unit = f'<span class="lab-calc__unit">{esc(f.unit)}</span>' if f.unit else ""
         parts.append(

@@ -4,17 +4,25 @@ A claim holds on a kind of GPU (a group of runs) when every row its filters sele
 satisfies it in *every* run: the median of the runs would hide a run that breaks it.
 It holds when it holds on every GPU that has records of its topic, and there must be
 at least one.
+
+A GPU whose runs are all stale (made by code that has changed since) and lack the
+claim's metric or rows cannot check it: the code as it is now may measure it under
+that name, the records predate it. Its verdict is *unverified*, which neither holds
+nor breaks the claim. A GPU with a current run that lacks the figure is an error: the
+page asks for something the code does not measure.
 """
 from __future__ import annotations
 
 import operator
 from dataclasses import asdict, dataclass
 
-from lab_site.figures import metric, select
+from lab_site.figures import SelectionError, metric, select
 from lab_site.shortcodes import ClaimRequest
 from lab_site.store import Group
 
 OPERATORS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+#: The verdict of a GPU whose stale records lack the claim's figure, in words.
+UNVERIFIED = "unverified: stale records lack this figure"
 
 
 @dataclass(frozen=True)
@@ -29,13 +37,17 @@ class RunVerdict:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The claim on one GPU over all its runs: whether it holds in each, and the value closest to breaking it."""
+    """The claim on one GPU over all its runs: whether it holds in each, and the value closest to breaking it.
+
+    An unverified verdict (``missing`` says what the stale records lack) has no value,
+    no unit, no rows and no runs, and does not hold.
+    """
 
     machine: str
     gpu_name: str | None
     holds: bool
-    worst: float
-    unit: str
+    worst: float | None
+    unit: str | None
     rows: int
     runs: int
     per_run: tuple[RunVerdict, ...]
@@ -44,10 +56,20 @@ class Verdict:
     run_date: str  # the latest run's
     commit: str | None
     stale: bool
+    missing: str | None = None  # what the stale records lack: the verdict is unverified
 
     @property
     def failing(self) -> int:
         return sum(not r.holds for r in self.per_run)
+
+    @property
+    def unverified(self) -> bool:
+        return self.missing is not None
+
+    @property
+    def status(self) -> str:
+        """``holds``, ``violated`` or ``unverified``."""
+        return "unverified" if self.unverified else "holds" if self.holds else "violated"
 
 
 @dataclass(frozen=True)
@@ -58,11 +80,24 @@ class ClaimResult:
 
     @property
     def holds(self) -> bool:
+        """Checked and kept on every GPU: an unverified GPU leaves the claim not (yet) holding."""
         return bool(self.verdicts) and all(v.holds for v in self.verdicts)
 
     @property
     def violated(self) -> tuple[Verdict, ...]:
-        return tuple(v for v in self.verdicts if not v.holds)
+        return tuple(v for v in self.verdicts if v.status == "violated")
+
+    @property
+    def unverified(self) -> tuple[Verdict, ...]:
+        return tuple(v for v in self.verdicts if v.unverified)
+
+    @property
+    def status(self) -> str:
+        """``violated`` if any GPU breaks it, else ``unverified`` if any cannot check it, else ``holds``;
+        ``no GPU record`` where none has its topic."""
+        if not self.verdicts:
+            return "no GPU record"
+        return "violated" if self.violated else "unverified" if self.unverified else "holds"
 
     def to_json(self) -> dict:
         r = self.request
@@ -75,8 +110,9 @@ class ClaimResult:
             "bound": r.bound,
             "where": r.where,
             "holds": self.holds,
+            "status": self.status,
             "runs_min": min((v.runs for v in self.verdicts), default=0),
-            "verdicts": [asdict(v) for v in self.verdicts],
+            "verdicts": [{**asdict(v), "status": v.status} for v in self.verdicts],
         }
 
 
@@ -86,9 +122,18 @@ def _nearest(op: str, values: list[float]) -> float:
 
 
 def verdict(request: ClaimRequest, group: Group) -> Verdict:
-    """Check ``request`` on every run of ``group``; every selected row of every run must satisfy it."""
+    """Check ``request`` on every run of ``group``; every selected row of every run must satisfy it.
+
+    Where the selected rows or the metric are missing, a stale group's verdict is unverified;
+    a current group's is the :class:`~lab_site.figures.SelectionError`.
+    """
     check = OPERATORS[request.op]
-    figures = [metric(group, row, request.metric) for row in select(group, request.where)]
+    try:
+        figures = [metric(group, row, request.metric) for row in select(group, request.where)]
+    except SelectionError as exc:
+        if not group.stale:
+            raise
+        return unverified(group, str(exc))
     per_run = []
     for entry in group.runs:
         values = [m.median for f in figures for e, m in f.per_run if e is entry]
@@ -111,6 +156,26 @@ def verdict(request: ClaimRequest, group: Group) -> Verdict:
         run_date=group.record.run.date,
         commit=group.record.run.commit,
         stale=group.stale,
+    )
+
+
+def unverified(group: Group, missing: str) -> Verdict:
+    """The verdict of a stale group that lacks the claim's figure: it neither holds nor breaks the claim."""
+    return Verdict(
+        machine=group.slug,
+        gpu_name=group.record.machine.gpu_name,
+        holds=False,
+        worst=None,
+        unit=None,
+        rows=0,
+        runs=0,
+        per_run=(),
+        group=group.key,
+        record=group.site_uri,
+        run_date=group.record.run.date,
+        commit=group.record.run.commit,
+        stale=True,
+        missing=missing,
     )
 
 

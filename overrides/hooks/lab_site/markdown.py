@@ -5,6 +5,13 @@ returns text, so it can be tested on its own. Every number is the median across 
 group's runs of each run's median (``lab_site.runs``); where a group has several runs,
 the run-to-run range stands beside it and a figure whose runs differ by more than
 15 % is flagged.
+
+Where every run of a group is stale and lacks what a shortcode asks for (a metric, a
+case, a note, a row), the code as it is now may well measure it: the records predate
+it. The page then says so instead of failing: "not yet measured by the current code",
+inline for a value, as a tab for a table or plot that no group can draw, as a column of
+a table that has the others; a claim's verdict there is *unverified*. A group with a
+current run that lacks it still fails: the page asks for what the code does not measure.
 """
 from __future__ import annotations
 
@@ -15,7 +22,7 @@ from examples.lab.records import Metric
 
 from lab_site import LabError
 from lab_site import provenance as prov
-from lab_site.claims import ClaimResult, Verdict
+from lab_site.claims import UNVERIFIED, ClaimResult, Verdict
 from lab_site.figures import Figure, GroupRow, SelectionError, metric, power, select, stat, stat_unit
 from lab_site.fmt import case_value, date_span, format_quantity, format_range, plural, run_date, unit_text
 from lab_site.runs import NOISY
@@ -24,6 +31,8 @@ from lab_site.store import Entry, Group
 from lab_site.timeline import Timeline, of_group
 
 STALE_TITLE = prov.STALE_TITLE
+NOT_MEASURED = prov.NOT_MEASURED
+NOT_MEASURED_TITLE = prov.NOT_MEASURED_TITLE
 INDENT = prov.INDENT
 #: The title of a noisy figure's flag.
 NOISY_TITLE = f"runs differ by more than {NOISY * 100:g} %"
@@ -60,10 +69,14 @@ def table_markdown(request: TableRequest, group: Group) -> tuple[str, list[Figur
     """One row per case, the case keys as columns, then one column per metric; and the figures shown."""
     rows = select(group, request.where)
     names = list(request.metrics) if request.metrics else list(dict.fromkeys(n for r in rows for n in r.metrics))
-    for name in names:
-        if not any(name in r.metrics for r in rows):
-            have = ", ".join(dict.fromkeys(n for r in rows for n in r.metrics))
-            raise SelectionError(f"topic {group.topic} on {group.slug} has no metric {name!r} (metrics: {have})")
+    absent = [name for name in names if not any(name in r.metrics for r in rows)]
+    have = ", ".join(dict.fromkeys(n for r in rows for n in r.metrics))
+    # A stale group keeps the metrics it has and marks the column of each it lacks; a current
+    # group lacking one, or a stale group lacking all of them, is an error (a tab of its own).
+    if absent and (not group.stale or len(absent) == len(names)):
+        raise SelectionError(f"topic {group.topic} on {group.slug} has no metric {absent[0]!r} (metrics: {have})")
+    missing = {name: not_measured_cell(group, f"topic {group.topic} on {group.slug} has no metric {name!r} "
+                                              f"(metrics: {have})") for name in absent}
     # Naming metrics also picks rows: only those that have at least one of them,
     # and only the case keys those rows use.
     rows = [r for r in rows if any(name in r.metrics for name in names)]
@@ -77,10 +90,13 @@ def table_markdown(request: TableRequest, group: Group) -> tuple[str, list[Figur
         cells = [cell(case_value(row.case.get(k, ""))) for k in keys]
         for name in names:
             figure = row.metrics.get(name)
-            cells.append(figure_cell(figure, len(group.runs)) if figure else "—")
+            cells.append(figure_cell(figure, len(group.runs)) if figure else missing.get(name, "—"))
             if figure:
                 shown.append(figure)
         lines.append("| " + " | ".join(cells) + " |")
+    if absent:
+        lines += ["", f"{', '.join(f'`{cell(n)}`' for n in absent)}: {NOT_MEASURED} (these runs predate "
+                      f"{'it' if len(absent) == 1 else 'them'})."]
     return "\n".join(lines), shown
 
 
@@ -138,17 +154,22 @@ def _per_machine(topic: str, groups: Sequence[Group], body: Callable[[Group], tu
 
     ``body(group)`` returns the content and the metrics it shows (whose timers the
     provenance names). A group whose runs have no row (or no metric) the request asks
-    for is left out (a CPU does not replay CUDA graphs); if that leaves none, the first
-    reason is the error.
+    for is left out (a CPU does not replay CUDA graphs). If that leaves none, the groups
+    whose runs are all stale get a tab saying that what it shows is not yet measured by
+    the current code, unless a current GPU group lacks it too (or only current groups
+    lack it): then the page asks for what the code does not measure, and the first such
+    reason is the error. A current CPU group lacking it beside stale GPU groups says
+    nothing either way: a CPU lacks every CUDA-only figure.
     """
     if not groups:
         raise LabError(f"no record of topic {topic} in any records folder")
-    items, reasons = [], []
+    items: list[tuple[str, str]] = []
+    lacking: list[tuple[Group, SelectionError]] = []
     for group in groups:
         try:
             content, metrics = body(group)
         except SelectionError as exc:
-            reasons.append(exc)
+            lacking.append((group, exc))
             continue
         parts = [prov.line(group, link, metrics)]
         if group.stale:
@@ -156,8 +177,36 @@ def _per_machine(topic: str, groups: Sequence[Group], body: Callable[[Group], tu
         parts.append(content)
         items.append((group.label, "\n\n".join(parts)))
     if not items:
-        raise reasons[0]
+        current = [(g, exc) for g, exc in lacking if not g.stale]
+        stale = [(g, exc) for g, exc in lacking if g.stale]
+        blocking = [exc for g, exc in current if g.is_gpu] or ([exc for _, exc in current] if not stale else [])
+        if blocking:
+            raise blocking[0]
+        items = [(g.label, not_measured_tab(g, exc, link)) for g, exc in stale]
     return tabs(items)
+
+
+def not_measured_tab(group: Group, missing: SelectionError | str, link: Callable[[Entry], str]) -> str:
+    """The tab of a stale group that lacks what a table, plot, notes or timeline shows: its provenance and why."""
+    return f"{prov.line(group, link)}\n\n{prov.not_measured_note(group, str(missing))}"
+
+
+def not_measured_title(group: Group, missing: str) -> str:
+    """The hover text of an inline "not yet measured" marker: the machine, what is missing, why, the command."""
+    return (f"{group.label} ({group.slug}) · {missing} · {group.stale_reason} · "
+            f"rerun {prov.rerun_command(group)} to measure it")
+
+
+def not_measured_cell(group: Group, missing: str) -> str:
+    """A table cell of a metric the stale group lacks (the sentence under the table says it in full)."""
+    return f'<span class="lab-missing" title="{_attr(not_measured_title(group, missing))}">not yet measured</span>'
+
+
+
+def not_measured_value(group: Group, missing: str) -> str:
+    """What a ``lab:value`` shows where the group is stale and lacks the figure: the words, the reason on hover."""
+    return (f'<span class="lab-value lab-value--missing" title="{_attr(not_measured_title(group, missing))}">'
+            f"{NOT_MEASURED}</span>")
 
 
 def table(request: TableRequest, groups: Sequence[Group], link: Callable[[Entry], str]) -> str:
@@ -244,8 +293,10 @@ def pick(request: ValueRequest, group: Group) -> tuple[GroupRow, Figure]:
     """The one figure a ``lab:value`` quotes: its filters must select exactly one row."""
     rows = select(group, request.where)
     if len(rows) != 1:
+        # A selection error: in a stale group, rows that the filters no longer tell apart are
+        # rows of an earlier case layout (a key since folded into another), not a page error.
         cases = "; ".join(" ".join(f"{k}={v!r}" for k, v in r.case.items()) for r in rows[:4])
-        raise LabError(
+        raise SelectionError(
             f"lab:value needs exactly one row of topic {request.topic} on {group.slug}, "
             f"the filters select {len(rows)} ({cases}{'; …' if len(rows) > 4 else ''}): add filters"
         )
@@ -253,7 +304,20 @@ def pick(request: ValueRequest, group: Group) -> tuple[GroupRow, Figure]:
 
 
 def value(request: ValueRequest, group: Group) -> str:
-    """The one number a sentence quotes (or its run-to-run range), with its provenance in the ``title``."""
+    """The one number a sentence quotes (or its run-to-run range), with its provenance in the ``title``.
+
+    A stale group that lacks the figure (or the statistic) shows "not yet measured by the
+    current code" instead; a current one raises the :class:`SelectionError`.
+    """
+    try:
+        return _value(request, group)
+    except SelectionError as exc:
+        if not group.stale:
+            raise
+        return not_measured_value(group, str(exc))
+
+
+def _value(request: ValueRequest, group: Group) -> str:
     _, f = pick(request, group)
     a = f.across
     reading = None
@@ -290,7 +354,17 @@ def value(request: ValueRequest, group: Group) -> str:
     return f'<span class="{classes}" title="{title}">{html.escape(shown, quote=False)}</span>'
 
 
+def _unverified_badge(result: ClaimResult, v: Verdict, label: str) -> str:
+    """A GPU whose stale records lack the claim's figure: neither a tick nor a cross."""
+    title = (f"{result.request.describe()} · {label} ({v.machine}): {UNVERIFIED} · {v.missing} · "
+             f"latest run {run_date(v.run_date)} · {STALE_TITLE.lower()}")
+    return (f'<span class="lab-claim lab-claim--unverified" title="{_attr(title)}">'
+            f"{html.escape(f'{label} ? {UNVERIFIED}', quote=False)}</span>")
+
+
 def _badge(result: ClaimResult, v: Verdict, label: str) -> str:
+    if v.unverified:
+        return _unverified_badge(result, v, label)
     shown = format_quantity(v.worst, v.unit)
     r = result.request
     which = "lowest" if r.op in (">=", ">") else "highest"

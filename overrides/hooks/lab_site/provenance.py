@@ -18,6 +18,11 @@ from lab_site.fmt import NBSP, date_span, int_span, plural, run_date, short_comm
 from lab_site.store import Entry, Group
 
 STALE_TITLE = "Measured on an earlier version of this code"
+#: What a page shows where every run of a group is stale and lacks the figure it asks for:
+#: the code as it is now may measure it (or measure it under a new name or case), but no
+#: record made by that code exists yet. A current group that lacks it is a page error.
+NOT_MEASURED = "not yet measured by the current code"
+NOT_MEASURED_TITLE = "Not yet measured by the current code"
 INDENT = "    "
 
 
@@ -110,13 +115,32 @@ def line(group: Group, link: Callable[[Entry], str], metrics: Iterable[Metric] =
     return " · ".join(parts) + "\n{ .lab-provenance }"
 
 
-def stale_note(group: Group) -> str:
-    command = f"python -m examples.lab run {group.topic} --out DIR"
+def stale_reason(group: Group) -> str:
+    """The group's stale reason as a sentence starts, its source file in code."""
     source = group.record.source
     reason = (group.stale_reason or "").replace(source, f"`{source}`", 1)
+    return reason[:1].upper() + reason[1:]
+
+
+def rerun_command(group: Group) -> str:
+    return f"python -m examples.lab run {group.topic} --out DIR"
+
+
+def stale_note(group: Group) -> str:
     return (
         f'!!! warning "{STALE_TITLE}"\n\n'
-        f"{INDENT}{reason}: the numbers below were measured by the code as it was on "
-        f"{date_span([e.record.run.date for e in group.runs])}. Rerun `{command}` to refresh them.\n"
+        f"{INDENT}{stale_reason(group)}: the numbers below were measured by the code as it was on "
+        f"{date_span([e.record.run.date for e in group.runs])}. Rerun `{rerun_command(group)}` to refresh them.\n"
+    )
+
+
+def not_measured_note(group: Group, missing: str) -> str:
+    """The body of a tab whose group is stale and lacks what the shortcode asks for (``missing`` says what)."""
+    return (
+        f'!!! warning "{NOT_MEASURED_TITLE}"\n\n'
+        f"{INDENT}{stale_reason(group)}, and its records (made on "
+        f"{date_span([e.record.run.date for e in group.runs])}) lack what this shows: "
+        f"{html.escape(missing, quote=False)}. Rerun `{rerun_command(group)}` to measure it with the code "
+        f"as it is now.\n"
     )
 

@@ -309,5 +309,19 @@ def _verdict(record: Record, current: str | None) -> tuple[bool, str | None]:
     if current is None:
         return True, f"{record.source} no longer exists"
     if current != record.source_sha256:
-        return True, f"{record.source} has changed since this record was made"
+        return True, changed_reason(record.source)
     return False, None
+
+
+def changed_reason(source: str) -> str:
+    """Why a record whose hash no longer matches is stale, naming what the hash covers.
+
+    An example's hash covers the example, the example modules it imports and the lab
+    harness (:func:`source_hash`), so the example's own file may well be unchanged: the
+    reason names all three rather than blaming the file. A source that is not a Python
+    module (the tests' stand-in text) is hashed alone, and so named alone.
+    """
+    if not source.endswith(".py"):
+        return f"{source} has changed since this record was made"
+    return (f"the code it measured with ({source}, the example modules it imports or the lab harness) "
+            "has changed since this record was made")
