@@ -550,17 +550,24 @@ def _source_sha256(source: str) -> str:
 
 
 def runs_by_kind(records, topic: str, *, min_gpus: int) -> dict[str, list]:
-    """The current (not stale) runs of ``topic`` per machine slug, on machines with >= ``min_gpus`` GPUs."""
+    """The runs of ``topic`` a page shows, per machine slug, on machines with >= ``min_gpus`` GPUs:
+    the current runs where any exist (the site then leaves the stale ones out), else the stale
+    ones, which the site shows marked stale until the topic is re-measured."""
     kinds: dict[str, list] = {}
     for r in records:
-        if r.topic == topic and r.machine.gpu_count >= min_gpus and _source_sha256(r.source) == r.source_sha256:
+        if r.topic == topic and r.machine.gpu_count >= min_gpus:
             kinds.setdefault(r.machine.slug, []).append(r)
-    return kinds
+    shown = {}
+    for slug, runs in kinds.items():
+        current = [r for r in runs if _source_sha256(r.source) == r.source_sha256]
+        shown[slug] = current or runs
+    return shown
 
 
 def test_every_book_figure_has_three_independent_runs_per_gpu_kind():
-    """>= 3 runs (processes) per topic on each kind, on >= 2 separately started machines;
-    topics that need several GPUs: >= 3 runs on a machine with that many."""
+    """>= 3 runs (processes) per topic on each kind, on >= 2 separately started machines, among
+    the runs the pages show; topics that need several GPUs: >= 3 runs on a machine with that many.
+    One fresh run beside stale ones would make a figure rest on that run alone: it fails here."""
     records = [r for r in load_records(REPO / "docs" / "records") if r.machine.device == "cuda"]
     problems = []
     for topic in measured_topics():
