@@ -618,6 +618,42 @@ def test_kernel_names_notes_a_failing_profiler_instead_of_raising():
     assert len(note) <= 200
 
 
+def test_a_cuda_error_ends_the_later_topics_of_its_process(monkeypatch, tmp_path, capsys):
+    """A CUDA error is sticky: every later topic of the process would fail the same way,
+    so the runner says they were not run, and how to run them, instead of ten false failures."""
+    import examples.lab.__main__ as runner
+    from examples.lab import registry
+
+    ran = []
+
+    def fake(name, error=None):
+        module = types.ModuleType(f"examples.fake.{name}")
+        module.__file__ = str(REPO / "examples/lab/harness.py")
+
+        def measure(lab):
+            ran.append(name)
+            if error:
+                raise error
+            lab.value(case={}, metric="x", value=1.0, unit="")
+
+        module.measure = measure
+        return module
+
+    topics = {"fake.first": fake("first"),
+              "fake.crash": fake("crash", RuntimeError("CUDA error: an illegal memory access was encountered")),
+              "fake.after": fake("after")}
+    monkeypatch.setattr(registry, "measured_topics", lambda: list(topics))
+    monkeypatch.setattr(registry, "import_topic", topics.__getitem__)
+    monkeypatch.delenv("LAB_TRACEBACK", raising=False)
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / name))
+    status = runner.main(["run", "--device", "cpu", *topics, "--out", str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert status == 1 and ran == ["first", "crash"], "the topic after the CUDA error must not run"
+    assert "FAILED fake.after: not run: fake.crash's CUDA error" in err
+    assert "python -m examples.lab run fake.after" in err
+
+
 def test_the_runner_reports_an_unavailable_or_failing_topic_in_one_line(monkeypatch, tmp_path, capsys):
     """A missing tool skips the topic; a tool that fails is one FAILED line, not a traceback."""
     import examples.lab.__main__ as runner
