@@ -41,7 +41,7 @@ def fixture_store() -> store.Store:
 def entry(record, *, stale: bool = False, index: int = 0) -> store.Entry:
     """A record made in memory (``tests/fixtures/make_records.py``) as the store would load it."""
     uri = f"records/{record.machine.slug}/{record.topic}/{record.run.id}.json"
-    reason = f"{record.source} has changed since this record was made" if stale else None
+    reason = store.changed_reason(record.source) if stale else None
     return store.Entry(record, FIXTURES / uri, root(FIXTURES / "records", index), uri, stale, reason)
 
 

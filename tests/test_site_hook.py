@@ -657,6 +657,191 @@ def test_unknown_settings_are_errors(hook):
         hook.module.on_config(hook.config)
 
 
+# -- stale records that lack what a page asks for --------------------------------------------
+# The H100's only run is stale, the H200's counted runs and the CPU's are current.
+
+LACKS = "not yet measured by the current code"
+CHANGED = "tests/fixtures/fixture_source.txt has changed since this record was made"
+
+
+def labels_of(text: str) -> list[str]:
+    return re.findall(r'^===!? "(.*)"$', text, flags=re.M)
+
+
+def test_the_stale_reason_names_what_the_hash_of_an_example_covers(fixture_store):
+    h100 = group(fixture_store, H100)
+    example = h100.record.model_copy(update={"source": "examples/graphs/launch_cost.py"})
+    stale, reason = store.staleness(example, REPO)
+    # The hash covers the example, the example modules it imports and the harness: the file
+    # itself may be unchanged, so the reason does not blame it alone.
+    assert stale and reason == ("the code it measured with (examples/graphs/launch_cost.py, the example modules "
+                                "it imports or the lab harness) has changed since this record was made")
+    run = store.Entry(example, h100.runs[0].path, h100.root, "x.json", True, reason)
+    note = provenance.stale_note(store.Group(h100.root, "graphs.launch_cost", (run,)))
+    assert "    The code it measured with (`examples/graphs/launch_cost.py`, the example modules it imports or " \
+           "the lab harness) has changed since this record was made: the numbers below" in note
+    assert h100.stale_reason == CHANGED  # a stand-in text source is hashed alone, and named alone
+
+
+@pytest.mark.parametrize("text, lacks", [
+    ("<!-- lab:value fixture.launch latency layers=8 mode=graph -->", "no metric &#x27;latency&#x27;"),
+    ("<!-- lab:value fixture.launch time layers=64 mode=eager -->", "has layers=64"),
+    ("<!-- lab:value fixture.launch time layers=8 -->", "the filters select 2"),  # rows it cannot tell apart
+    ("<!-- lab:value fixture.launch time layers=8 mode=eager stat=sm_mhz -->", "has no sm_mhz"),
+])
+def test_a_stale_value_that_lacks_the_figure_says_so_and_a_current_one_fails(fixture_store, text, lacks):
+    html = markdown.value(req(text), group(fixture_store, H100))
+    assert html.startswith(f'<span class="lab-value lab-value--missing" title="NVIDIA H100 80GB HBM3 ({H100}) · ')
+    assert html.endswith(f">{LACKS}</span>") and lacks in html
+    assert f"· {CHANGED} · rerun python -m examples.lab run fixture.launch --out DIR to measure it" in html
+    with pytest.raises(figures.SelectionError):
+        markdown.value(req(text), group(fixture_store, H200))
+
+
+def test_a_table_no_group_can_show_is_a_tab_saying_so_only_where_its_groups_are_stale(fixture_store):
+    h100, h200, cpu = (group(fixture_store, slug) for slug in (H100, H200, CPU))
+    for text, lacks in (("<!-- lab:table fixture.launch metrics=latency -->", "no metric 'latency'"),
+                        ("<!-- lab:table fixture.launch mode=replay -->", "has mode='replay'")):
+        request = req(text)
+        out = markdown.table(request, [h100], link)
+        assert labels_of(out) == ["NVIDIA H100 80GB HBM3"]
+        assert f'!!! warning "{markdown.NOT_MEASURED_TITLE}"' in out and lacks in out
+        assert ("`tests/fixtures/fixture_source.txt` has changed since this record was made, and its records "
+                "(made on 2026-11-18) lack what this shows") in out
+        assert "Rerun `python -m examples.lab run fixture.launch --out DIR` to measure it" in out
+        assert f"[1](../records/{H100}/{TOPIC}.json" in out and "| layers |" not in out
+        # A current CPU lacks every CUDA-only figure: beside a stale GPU it is left out, as ever.
+        assert labels_of(markdown.table(request, [h100, cpu], link)) == ["NVIDIA H100 80GB HBM3"]
+        # A current GPU that lacks it, or only current groups: the page asks for what the code does not measure.
+        with pytest.raises(figures.SelectionError, match=f"on {H200} "):
+            markdown.table(request, [h200, h100], link)
+        with pytest.raises(figures.SelectionError, match=f"on {CPU} "):
+            markdown.table(request, [cpu], link)
+
+
+def test_a_stale_table_keeps_the_metrics_it_has_and_marks_those_it_lacks(fixture_store):
+    request = req("<!-- lab:table fixture.launch metrics=time,latency mode=graph -->")
+    text = markdown.table(request, [group(fixture_store, H100)], link)
+    h100 = tab(text, "NVIDIA H100 80GB HBM3")
+    assert f'!!! warning "{markdown.STALE_TITLE}"' in h100 and "    | layers | mode | time | latency |" in h100
+    graph = next(line for line in h100.splitlines() if "| 8 | graph |" in line)
+    assert f"207{US}" in graph and graph.endswith('">not yet measured</span> |') and 'class="lab-missing"' in graph
+    assert f"`latency`: {LACKS} (these runs predate it)." in h100
+    # Beside a current group lacking the column, the table fails as it always did.
+    with pytest.raises(figures.SelectionError, match=f"{H200} has no metric 'latency'"):
+        markdown.table(request, [group(fixture_store, H200), group(fixture_store, H100)], link)
+
+
+def test_stale_plots_and_notes_that_lack_what_they_show_are_tabs_saying_so(fixture_store):
+    h100, h200 = group(fixture_store, H100), group(fixture_store, H200)
+    plotted = req("<!-- lab:plot fixture.launch x=layers y=latency xlabel=layers ylabel=latency series=mode -->")
+    drawn = lambda g: ("TOKEN", series_of(plotted, g)[2])  # noqa: E731
+    out = markdown.plot(plotted, [h100], link, drawn)
+    assert labels_of(out) == ["NVIDIA H100 80GB HBM3"] and "TOKEN" not in out
+    assert markdown.NOT_MEASURED_TITLE in out and "no selected row has the metric 'latency'" in out
+    with pytest.raises(figures.SelectionError, match="no selected row has the metric 'latency'"):
+        markdown.plot(plotted, [h200, h100], link, drawn)
+    noted = req("<!-- lab:notes fixture.launch keys=sizes -->")  # the legacy H100 record has no notes
+    assert markdown.NOT_MEASURED_TITLE in markdown.notes(noted, [h100], link)
+    assert labels_of(markdown.notes(noted, [h200, h100], link)) == ["NVIDIA H200"]  # as ever: the H200 has it
+
+
+def _gpu(slug: str, name: str, speedup: dict | None, *, stale: bool):
+    from tests.fixtures import make_records as mk
+
+    record = mk.record(mk.machine(slug, "cuda", name, 132), mk.rows({8: 400.0}, speedup, "cuda_event"),
+                       "0" * 64, "r1", "2026-11-21T10:00:00+00:00", boot="0" * 8)
+    return entry(record, stale=stale)
+
+
+def test_a_claim_that_stale_records_lack_is_unverified_and_a_current_lack_is_an_error():
+    holds = _gpu(H200, "NVIDIA H200", {8: 2.5}, stale=False)
+    lacks = _gpu(H100, "NVIDIA H100 80GB HBM3", None, stale=True)  # earlier code: no graph rows
+    request = req("<!-- lab:claim fixture.launch speedup >= 2 mode=graph -->")
+    result = claims.evaluate("chapter.md", request, grouped(holds, lacks))
+    h200, h100 = result.verdicts
+    assert h200.status == "holds" and h200.runs == 1
+    assert h100.status == "unverified" and not h100.holds and h100.runs == 0 and h100.worst is None
+    assert "has mode='graph'" in h100.missing
+    assert result.status == "unverified" and not result.holds and not result.violated
+    assert result.unverified == (h100,)
+    html = markdown.claim(result, {})
+    assert 'class="lab-claim lab-claim--holds"' in html and "lab-claim--violated" not in html
+    assert f">{H100} ? unverified: stale records lack this figure</span>" in html
+    report = result.to_json()
+    assert report["status"] == "unverified" and report["holds"] is False and report["runs_min"] == 0
+    assert [v["status"] for v in report["verdicts"]] == ["holds", "unverified"]
+    # No GPU has the figure, all of them stale: unverified, not an error.
+    only = claims.evaluate("chapter.md", request, grouped(lacks))
+    assert only.status == "unverified" and [v.status for v in only.verdicts] == ["unverified"]
+    # A current GPU that lacks it: the page claims what the code does not measure.
+    current = _gpu(H100, "NVIDIA H100 80GB HBM3", None, stale=False)
+    with pytest.raises(figures.SelectionError, match=f"no row of topic {TOPIC} on {H100} has mode='graph'"):
+        claims.evaluate("chapter.md", request, grouped(holds, current))
+    # A stale run that has the figure and breaks the claim still breaks it.
+    broken = _gpu(H100, "NVIDIA H100 80GB HBM3", {8: 1.5}, stale=True)
+    assert claims.evaluate("chapter.md", request, grouped(holds, broken)).status == "violated"
+
+
+def test_a_calculator_input_its_stale_records_lack_starts_from_the_examples_own_value(fixture_store):
+    from lab_site import calculators
+
+    request = req("<!-- lab:calculator launch_budget -->")
+    html = calculators.render(request, lambda topic, slug: group(fixture_store, H100), lambda g: g.site_uri)
+    field = re.search(r'<label class="lab-calc__field"><span class="lab-calc__label">CPU cost of one launch</span>'
+                      r'.*?</label>', html).group(0)
+    assert 'name="launch_us" value="' + calculators.argv_value(calculators.CALCULATORS["launch_budget"],
+                                                                calculators.CALCULATORS["launch_budget"].fields[2]) \
+        + '"' in field
+    assert f">{LACKS}: H100 80GB HBM3</a>" in field and "no case key &#x27;kernels&#x27;" in field
+    with pytest.raises(figures.SelectionError, match="no case key 'kernels'"):
+        calculators.render(request, lambda topic, slug: group(fixture_store, H200), lambda g: g.site_uri)
+
+
+@pytest.fixture
+def stale_only(hook, tmp_path):
+    """The hook reading only the H100's stale legacy record."""
+    records = tmp_path / "stale-only"
+    shutil.copytree(FIXTURES / "records" / H100, records / H100)
+    hook.config.extra["lab"] = {"record_roots": [str(records)], "primary_machine": H100}
+    hook.module.on_config(hook.config)
+    hook.module.on_pre_build(hook.config)
+    return hook
+
+
+def test_the_hook_marks_what_stale_records_lack_and_does_not_fail(stale_only, caplog):
+    page_text = ("Graph launches cost <!-- lab:value fixture.launch latency layers=8 mode=graph -->; "
+                 "<!-- lab:claim fixture.launch latency < 100 layers=8 mode=graph -->\n\n"
+                 "<!-- lab:table fixture.launch metrics=latency -->\n\n"
+                 '<!-- lab:plot fixture.launch x=layers y=latency series=mode xlabel=a ylabel=b '
+                 'legend="graph:Graph" -->\n')
+    with caplog.at_level(logging.INFO, logger="mkdocs.plugins.lab"):
+        out = run(stale_only, page_text)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # --strict passes
+    assert any("is unverified on nvidia-h100-80gb-hbm3: its stale records lack this figure" in r.getMessage()
+               for r in caplog.records)
+    assert f">{LACKS}</span>;" in out and "lab-claim--unverified" in out
+    assert out.count(f'!!! warning "{markdown.NOT_MEASURED_TITLE}"') == 2  # the table's tab and the plot's
+    stale_only.module.on_post_build(stale_only.config)
+    report = json.loads((Path(stale_only.config.site_dir) / "claims.json").read_text())
+    assert [c["status"] for c in report["claims"]] == ["unverified"]
+    # What a stale run has and contradicts is still a violation, a warning that fails --strict.
+    with caplog.at_level(logging.WARNING, logger="mkdocs.plugins.lab"):
+        caplog.clear()
+        run(stale_only, "<!-- lab:claim fixture.launch speedup >= 3 mode=graph -->\n")
+    assert [r.levelno for r in caplog.records] == [logging.WARNING] and "VIOLATED" in caplog.records[0].getMessage()
+
+
+def test_appendix_a_lists_a_claim_its_stale_records_lack_as_unverified(stale_only):
+    from lab_site import generated
+
+    page_ = generated.Page("chapter.md", "A chapter", "<!-- lab:claim fixture.launch latency < 100 -->\n")
+    text = generated.claims(stale_only.module.state.store, [page_], H100)
+    row = text.splitlines()[2]
+    assert row.startswith("| [A chapter](chapter.md) | `fixture.launch latency < 100` | ")
+    assert "lab-claim--unverified" in row and "? unverified: stale records lack this figure</span>" in row
+
+
 # -- the vendor hook -------------------------------------------------------------------------
 
 def _vendor():

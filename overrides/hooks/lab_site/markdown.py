@@ -65,15 +65,18 @@ def shown_metrics(figures: Iterable[Figure]) -> list[Metric]:
     return [m for f in figures for m in f.metrics]
 
 
-def table_markdown(request: TableRequest, group: Group) -> tuple[str, list[Figure]]:
-    """One row per case, the case keys as columns, then one column per metric; and the figures shown."""
+def table_markdown(request: TableRequest, group: Group, partial: bool = False) -> tuple[str, list[Figure]]:
+    """One row per case, the case keys as columns, then one column per metric; and the figures shown.
+
+    Every metric named must be in some row. With ``partial`` a stale group keeps the
+    metrics it has and marks the column of each it lacks "not yet measured" (it must
+    have one of them at least).
+    """
     rows = select(group, request.where)
     names = list(request.metrics) if request.metrics else list(dict.fromkeys(n for r in rows for n in r.metrics))
     absent = [name for name in names if not any(name in r.metrics for r in rows)]
     have = ", ".join(dict.fromkeys(n for r in rows for n in r.metrics))
-    # A stale group keeps the metrics it has and marks the column of each it lacks; a current
-    # group lacking one, or a stale group lacking all of them, is an error (a tab of its own).
-    if absent and (not group.stale or len(absent) == len(names)):
+    if absent and not (partial and group.stale and len(absent) < len(names)):
         raise SelectionError(f"topic {group.topic} on {group.slug} has no metric {absent[0]!r} (metrics: {have})")
     missing = {name: not_measured_cell(group, f"topic {group.topic} on {group.slug} has no metric {name!r} "
                                               f"(metrics: {have})") for name in absent}
@@ -149,7 +152,8 @@ def figure_cell(figure: Figure, group_runs: int) -> str:
 
 
 def _per_machine(topic: str, groups: Sequence[Group], body: Callable[[Group], tuple[str, list[Metric]]],
-                 link: Callable[[Entry], str]) -> str:
+                 link: Callable[[Entry], str],
+                 partial: Callable[[Group], tuple[str, list[Metric]]] | None = None) -> str:
     """Tabs, one per group that has rows for the request: provenance, the stale warning, ``body``.
 
     ``body(group)`` returns the content and the metrics it shows (whose timers the
@@ -159,30 +163,40 @@ def _per_machine(topic: str, groups: Sequence[Group], body: Callable[[Group], tu
     the current code, unless a current GPU group lacks it too (or only current groups
     lack it): then the page asks for what the code does not measure, and the first such
     reason is the error. A current CPU group lacking it beside stale GPU groups says
-    nothing either way: a CPU lacks every CUDA-only figure.
+    nothing either way: a CPU lacks every CUDA-only figure. Where ``partial(group)`` can
+    show part of it for a stale group (a table's other columns), that part is its tab.
+    Whether the page fails is decided on ``body`` alone, as before stale groups were
+    marked: a partial tab never hides a current group's lack.
     """
     if not groups:
         raise LabError(f"no record of topic {topic} in any records folder")
-    items: list[tuple[str, str]] = []
-    lacking: list[tuple[Group, SelectionError]] = []
-    for group in groups:
-        try:
-            content, metrics = body(group)
-        except SelectionError as exc:
-            lacking.append((group, exc))
-            continue
+    def tab(group: Group, content: str, metrics: list[Metric]) -> tuple[str, str]:
         parts = [prov.line(group, link, metrics)]
         if group.stale:
             parts.append(prov.stale_note(group))
         parts.append(content)
-        items.append((group.label, "\n\n".join(parts)))
+        return group.label, "\n\n".join(parts)
+
+    items: list[tuple[str, str]] = []
+    lacking: list[tuple[Group, SelectionError]] = []
+    for group in groups:
+        try:
+            items.append(tab(group, *body(group)))
+        except SelectionError as exc:
+            lacking.append((group, exc))
     if not items:
         current = [(g, exc) for g, exc in lacking if not g.stale]
         stale = [(g, exc) for g, exc in lacking if g.stale]
         blocking = [exc for g, exc in current if g.is_gpu] or ([exc for _, exc in current] if not stale else [])
         if blocking:
             raise blocking[0]
-        items = [(g.label, not_measured_tab(g, exc, link)) for g, exc in stale]
+        for group, exc in stale:
+            try:
+                if partial is None:
+                    raise exc
+                items.append(tab(group, *partial(group)))
+            except SelectionError as missing:
+                items.append((group.label, not_measured_tab(group, missing, link)))
     return tabs(items)
 
 
@@ -211,11 +225,11 @@ def not_measured_value(group: Group, missing: str) -> str:
 
 def table(request: TableRequest, groups: Sequence[Group], link: Callable[[Entry], str]) -> str:
     """Tabs, one per group of runs: provenance, the stale warning where due, the table."""
-    def body(group: Group) -> tuple[str, list[Metric]]:
-        text, figures = table_markdown(request, group)
+    def body(group: Group, partial: bool = False) -> tuple[str, list[Metric]]:
+        text, figures = table_markdown(request, group, partial)
         return text, shown_metrics(figures)
 
-    return _per_machine(request.topic, groups, body, link)
+    return _per_machine(request.topic, groups, body, link, lambda g: body(g, partial=True))
 
 
 def plot(request: PlotRequest, groups: Sequence[Group], link: Callable[[Entry], str],
