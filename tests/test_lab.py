@@ -703,12 +703,48 @@ def test_compared_variants_are_interleaved_in_rounds_and_ratios_are_paired():
         lab.load.stop()
     assert calls == ["triton", "cublas",                       # warm-up round
                      "triton", "cublas", "cublas", "triton",   # rounds 0 and 1
-                     "triton", "cublas", "cublas", "triton"]   # rounds 2 and 3
+                     "cublas", "triton", "triton", "cublas"]   # rounds 2 and 3: rotated
     assert set(result) == {"triton", "cublas"} and result["triton"].n == 4
     assert "interleaved" in result["triton"].method
     rows = {r.case["kernel"]: r.metrics for r in lab.rows()}
     assert "speedup" in rows["triton"] and "speedup" not in rows["cublas"]
     assert rows["triton"]["speedup"].unit == "x" and rows["triton"]["speedup"].n == 4
+
+
+def test_a_topic_starts_from_the_same_state_whatever_ran_before(tmp_path):
+    """Topics share a process: a switch one flips is put back, and noted in its record."""
+    import types as _types
+
+    from examples.lab.harness import run_measurement
+
+    module = _types.ModuleType("examples.fake.flips")
+    module.__file__ = str(REPO / "examples/lab/harness.py")
+
+    def measure(lab):
+        torch.backends.cudnn.benchmark = not torch.backends.cudnn.benchmark
+        torch.backends.cuda.enable_flash_sdp(not torch.backends.cuda.flash_sdp_enabled())
+        lab.value(case={}, metric="x", value=1.0, unit="")
+
+    module.measure = measure
+    before = (torch.backends.cudnn.benchmark, torch.backends.cuda.flash_sdp_enabled())
+    record = run_measurement(module, device=CPU, quick=True, command="test")
+    assert (torch.backends.cudnn.benchmark, torch.backends.cuda.flash_sdp_enabled()) == before
+    left = record.notes["global settings left changed (put back by the harness)"]
+    assert any("cudnn.benchmark" in line for line in left) and any("flash_sdp" in line for line in left)
+
+
+def test_a_record_whose_code_changed_while_it_ran_is_refused(monkeypatch):
+    from examples.lab import provenance
+    from examples.lab.harness import run_measurement
+    from examples.lab.records import RecordError
+
+    hashes = iter(["a" * 64, "b" * 64])
+    monkeypatch.setattr(provenance, "source_sha256", lambda path: next(hashes))
+    module = types.ModuleType("examples.fake.edited")
+    module.__file__ = str(REPO / "examples/lab/harness.py")
+    module.measure = lambda lab: lab.value(case={}, metric="x", value=1.0, unit="")
+    with pytest.raises(RecordError, match="changed on disk while it ran"):
+        run_measurement(module, device=CPU, quick=True, command="test")
 
 
 def test_paired_ratios_take_each_round_alone(monkeypatch):
@@ -735,3 +771,18 @@ def test_a_records_hash_covers_the_example_modules_it_imports_and_the_harness(tm
     assert {"examples/capstone/fused_decode.py", "examples/capstone/decode.py", "examples/capstone/fused.py",
             "examples/capstone/model.py", "examples/lab/harness.py", "examples/lab/timing.py"} <= files
     assert "examples/lab/records.py" not in files, "a bookkeeping module cannot move a figure"
+
+
+def test_a_set_up_kept_for_the_next_topic_is_freed_when_another_comes_next():
+    """capstone.decode keeps its 16 GB set-up for capstone.fused_decode, and only for it."""
+    from examples.capstone import decode
+    from examples.lab.__main__ import _release_shared
+
+    assert "capstone.fused_decode" in decode.SHARES_WITH and decode.release is decode.release_setup
+    freed = []
+    module = types.SimpleNamespace(SHARES_WITH=("capstone.fused_decode",), release=lambda: freed.append(1))
+    _release_shared(module, ["capstone.decode", "capstone.fused_decode"], "capstone.decode")
+    assert freed == [], "the sharing topic comes next: keep it"
+    _release_shared(module, ["capstone.decode", "stack.roofline", "capstone.fused_decode"], "capstone.decode")
+    _release_shared(module, ["capstone.decode"], "capstone.decode")
+    assert freed == [1, 1], "another topic, or none, comes next: free it"

@@ -147,3 +147,14 @@ def test_repeated_stale_runs_each_run_the_topics_found_stale_before_the_first(tm
     capsys.readouterr()
     assert runner.main(argv) == 0 and calls == []
     assert capsys.readouterr().out == "no topic to run: every committed record matches the code\n"
+
+
+def test_on_a_gpu_only_that_machines_runs_count_and_three_are_needed(tmp_path):
+    """A topic stale on the H200 is re-run there, not on an H100; one fresh run is not enough."""
+    book, topic = tmp_path / "book", "graphs.launch_cost"
+    write(book, topic, current(topic), "r1", "2026-11-20T10:00:00+00:00")  # one current run on the H200
+    for i in range(runner.RUNS_PER_KIND):
+        write(book, topic, current(topic), f"r{i + 2}", f"2026-11-20T1{i + 1}:00:00+00:00", m=H100)
+    assert runner.stale_topics([topic], book, slug="nvidia-h200") == [topic]
+    assert runner.stale_topics([topic], book, slug="nvidia-h100-80gb-hbm3") == []
+    assert runner.stale_topics([topic], book, slug="nvidia-a100") == [topic], "no run on this machine"

@@ -169,6 +169,12 @@ def release_setup() -> None:
         torch.cuda.empty_cache()
 
 
+#: The runner keeps the set-up for the topic that shares it when that topic runs next,
+#: and calls :func:`release` otherwise (examples/lab/__main__.py).
+SHARES_WITH = ("capstone.fused_decode",)
+release = release_setup
+
+
 def start(lab) -> _Run:
     """Both topics' first steps: the shared set-up, and this run's copy bandwidth (each
     record carries the roof its fractions are taken against)."""

@@ -69,7 +69,11 @@ def _run(args) -> int:
             continue
         if os.environ.get("LAB_TRACE") == "1":
             print(f"[lab] {topic} begins at {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
-        module = import_topic(topic)
+        try:
+            module = import_topic(topic)
+        except Exception as exc:  # noqa: BLE001 - a topic that cannot even load is one FAILED line
+            failures.append(f"{topic}: cannot be imported: {failure_line(exc)}")
+            continue
         # A topic this machine cannot run writes no record: an empty one would say nothing.
         if requires_cuda(module) and device.type != "cuda":
             skipped.append(f"{topic}: needs a CUDA GPU")
@@ -90,11 +94,13 @@ def _run(args) -> int:
         except RecordError as exc:
             failures.append(f"{topic}: {exc}")
             continue
-        except RuntimeError as exc:
+        except Exception as exc:  # noqa: BLE001 - any error of one topic is its one line; the others run
             failures.append(f"{topic}: {failure_line(exc)}")
-            if "CUDA error" in str(exc):
+            if "CUDA error" in str(exc) or not _device_usable(device):
                 poisoned_by = topic  # sticky: every later CUDA call of this process fails the same way
             continue
+        finally:
+            _release_shared(module, topics, topic)
         written.append((write_record(args.out, record), record.run.wall_s))
     bar.close()
     for path, seconds in written:
@@ -106,6 +112,34 @@ def _run(args) -> int:
     print(f"run {run_id()}: {len(written)} records in {time.perf_counter() - started:.0f} s, "
           f"{len(skipped)} skipped, {len(failures)} failed")
     return 1 if failures else 0
+
+
+def _device_usable(device) -> bool:
+    """Whether the GPU still runs work after a topic failed: a sticky error (an illegal
+    address, a failed cuBLAS or Triton launch) fails every later CUDA call of the process."""
+    if device.type != "cuda":
+        return True
+    import torch
+
+    try:
+        torch.cuda.synchronize(device)
+        return torch.ones(1, device=device).add_(1).item() == 2.0
+    except Exception:  # noqa: BLE001 - any error here means the context is gone
+        return False
+
+
+def _release_shared(module, topics: list[str], topic: str) -> None:
+    """A topic may keep what it built for the topic after it (``SHARES_WITH``, its
+    ``release()``); when that topic does not come next, it is freed now."""
+    release = getattr(module, "release", None)
+    if release is None:
+        return
+    following = topics[topics.index(topic) + 1:topics.index(topic) + 2]
+    if not set(following) & set(getattr(module, "SHARES_WITH", ())):
+        try:
+            release()
+        except Exception:  # noqa: BLE001 - a context a CUDA error broke frees nothing; the next topic says so
+            pass
 
 
 def _topics(args, available: list[str]) -> list[str]:
@@ -120,13 +154,32 @@ def _topics(args, available: list[str]) -> list[str]:
         book = BOOK if args.book is None else args.book
         if not book.is_dir():
             fail(f"python -m examples.lab run: error: --book {book}: no such folder")
-        return stale_topics(available, book)
+        return stale_topics(available, book, slug=_this_machine(args.device))
     return available if args.all else args.topics
 
 
-def stale_topics(available: list[str], book) -> list[str]:
+def _this_machine(device: str) -> str | None:
+    """The records slug of the GPU this run would measure on (None on the CPU)."""
+    import torch
+
+    from examples.lab.provenance import slugify
+
+    if device == "cpu" or not torch.cuda.is_available():
+        return None
+    return slugify(torch.cuda.get_device_name())
+
+
+#: Current runs a figure needs on each kind of GPU (tests/test_lab.py checks the book has them).
+RUNS_PER_KIND = 3
+
+
+def stale_topics(available: list[str], book, slug: str | None = None) -> list[str]:
     """Topics with no committed record, or whose newest run on some machine was measured by
     code that has changed since (the example, an example module it imports, the harness).
+
+    On a GPU (``slug``, its records folder's name) only that machine's records count, and a
+    topic needs :data:`RUNS_PER_KIND` current runs there: a topic stale on the H200 is
+    re-run there, not on an H100, and one fresh run beside stale ones is not enough.
 
     A record that only says it skipped its topic (the one-GPU runs of multi-GPU topics once
     wrote these) measured nothing, so it neither keeps a topic current nor makes it stale.
@@ -155,6 +208,12 @@ def stale_topics(available: list[str], book) -> list[str]:
 
     stale = []
     for topic in available:
+        if slug is not None:
+            mine = [r for r in records if r.topic == topic and r.machine.slug == slug
+                    and (r.results or "skipped" not in r.notes)]
+            if sum(map(current, mine)) < RUNS_PER_KIND:
+                stale.append(topic)
+            continue
         runs = [r for (t, _), r in newest.items() if t == topic]
         if not runs or not all(map(current, runs)):
             stale.append(topic)

@@ -344,9 +344,18 @@ def run_measurement(
     command: str,
     on_case: Callable[[str], None] | None = None,
 ) -> Record:
-    """Run one example's ``measure`` and return its validated record."""
+    """Run one example's ``measure`` and return its validated record.
+
+    Topics of one ``lab run`` share a process: each starts from an emptied allocator
+    cache, and global settings a topic leaves changed are put back (and noted in its
+    record), so that no figure depends on which topics ran before it.
+    """
     began = _clock.monotonic()  # the topic's wall time includes starting the load sampler
+    source = Path(module.__file__)
+    hashed = provenance.source_sha256(source)  # the code as it runs, not as it is when the record is written
     host_reference(device)  # once per run, before the first topic loads the GPU
+    _fresh_allocator(device)
+    settings = global_settings()
     lab = Lab(device, quick=quick, on_case=on_case)
     started = _clock.monotonic()
     try:
@@ -360,6 +369,83 @@ def run_measurement(
         raise RecordError(f"{topic_of(module)} kept an invalid figure: {first['msg']}") from None
     finally:
         lab.load.stop()
-    record = lab.record(topic=topic_of(module), source=Path(module.__file__), command=command)
+        changed = restore_global_settings(settings)
+    if changed:
+        lab.note("global settings left changed (put back by the harness)", changed)
+    if provenance.source_sha256(source) != hashed:
+        raise RecordError(f"{topic_of(module)}: its code changed on disk while it ran; run it again")
+    record = lab.record(topic=topic_of(module), source=source, command=command)
     run = record.run.model_copy(update={"wall_s": round(_clock.monotonic() - began, 2)})
     return record.model_copy(update={"run": run})
+
+
+def _fresh_allocator(device: torch.device) -> None:
+    """Free what earlier topics left cached, so memory figures start from the same place."""
+    import gc
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+#: Process-wide switches a topic may flip to force a path (TF32, cuDNN's autotuner, SDPA's
+#: backends): (name, read, write).
+_SETTINGS = (
+    ("torch.backends.cuda.matmul.allow_tf32", lambda: torch.backends.cuda.matmul.allow_tf32,
+     lambda v: setattr(torch.backends.cuda.matmul, "allow_tf32", v)),
+    ("torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
+     lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+     lambda v: setattr(torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", v)),
+    ("torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
+     lambda: torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+     lambda v: setattr(torch.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction", v)),
+    ("torch.backends.cudnn.allow_tf32", lambda: torch.backends.cudnn.allow_tf32,
+     lambda v: setattr(torch.backends.cudnn, "allow_tf32", v)),
+    ("torch.backends.cudnn.benchmark", lambda: torch.backends.cudnn.benchmark,
+     lambda v: setattr(torch.backends.cudnn, "benchmark", v)),
+    ("torch.backends.cudnn.deterministic", lambda: torch.backends.cudnn.deterministic,
+     lambda v: setattr(torch.backends.cudnn, "deterministic", v)),
+    ("torch.backends.cuda.flash_sdp_enabled", torch.backends.cuda.flash_sdp_enabled,
+     torch.backends.cuda.enable_flash_sdp),
+    ("torch.backends.cuda.mem_efficient_sdp_enabled", torch.backends.cuda.mem_efficient_sdp_enabled,
+     torch.backends.cuda.enable_mem_efficient_sdp),
+    ("torch.backends.cuda.math_sdp_enabled", torch.backends.cuda.math_sdp_enabled,
+     torch.backends.cuda.enable_math_sdp),
+    ("torch.backends.cuda.cudnn_sdp_enabled", torch.backends.cuda.cudnn_sdp_enabled,
+     torch.backends.cuda.enable_cudnn_sdp),
+    ("torch.get_float32_matmul_precision()", torch.get_float32_matmul_precision,
+     torch.set_float32_matmul_precision),
+    ("torch.are_deterministic_algorithms_enabled()", torch.are_deterministic_algorithms_enabled,
+     torch.use_deterministic_algorithms),
+)
+
+
+_UNREADABLE = object()
+
+
+def _read(read) -> Any:
+    """A switch's value; newer torch refuses to read a legacy TF32 switch once the new
+    per-backend API has been used, and then that switch is left alone."""
+    try:
+        return read()
+    except RuntimeError:
+        return _UNREADABLE
+
+
+def global_settings() -> dict[str, Any]:
+    """The current value of each process-wide switch in :data:`_SETTINGS`."""
+    return {name: _read(read) for name, read, _ in _SETTINGS}
+
+
+def restore_global_settings(saved: dict[str, Any]) -> list[str]:
+    """Put back every switch that differs from ``saved``; say which ones did."""
+    changed = []
+    for name, read, write in _SETTINGS:
+        now = _read(read)
+        if _UNREADABLE in (now, saved[name]) or now == saved[name]:
+            continue
+        changed.append(f"{name}: {saved[name]!r} -> {now!r}")
+        write(saved[name])
+    return changed

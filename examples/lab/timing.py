@@ -83,6 +83,9 @@ def measure(
     for _ in range(repetitions):
         if flush:
             flush()
+            # Wait for the flush: otherwise the first call is enqueued while the GPU still
+            # zeroes the buffer, and its launch latency hides there (an unflushed sample has it).
+            _synchronize(device)
         if timer == "cuda_event":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -104,15 +107,22 @@ def measure(
 
 # --8<-- [start:interleave]
 def round_order(names: Sequence[str], round_index: int) -> list[str]:
-    """The order of the variants in one round: forward, then backward (A B, B A, A B, ...).
+    """The order of the variants in one round: forward, then backward, and every two
+    rounds the list rotated by one (A B C, C B A, B C A, A C B, ...).
 
     Over any two rounds each variant runs once early and once late, so a drift of the
-    clocks, the power or the temperature falls on every variant alike.
+    clocks, the power or the temperature falls on every variant alike; the rotation
+    gives each variant every other one as a neighbour, so what one leaves behind (a
+    warm cache, a busy host) does not always fall on the same one.
 
-    >>> [round_order("ABC", r) for r in range(3)]
-    [['A', 'B', 'C'], ['C', 'B', 'A'], ['A', 'B', 'C']]
+    >>> [''.join(round_order("ABC", r)) for r in range(6)]
+    ['ABC', 'CBA', 'BCA', 'ACB', 'CAB', 'BAC']
+    >>> [''.join(round_order("AB", r)) for r in range(4)]
+    ['AB', 'BA', 'BA', 'AB']
     """
     order = list(names)
+    shift = (round_index // 2) % len(order) if order else 0
+    order = order[shift:] + order[:shift]  # every variant leads, and each has other neighbours
     return order if round_index % 2 == 0 else order[::-1]
 
 
@@ -126,7 +136,6 @@ def measure_interleaved(
     inner: int = 1,
     flush_l2: bool = False,
     inputs: Sequence[tuple] | None = None,
-    on_call: Callable[[str], None] | None = None,
 ) -> dict[str, list[float]]:
     """Seconds per call of each variant, sampled in rounds: one sample of every variant
     per round, in :func:`round_order`. Sample ``i`` of each variant comes from round ``i``,
@@ -140,8 +149,6 @@ def measure_interleaved(
     calls = dict.fromkeys(fns, 0)
 
     def call(name: str) -> None:
-        if on_call:
-            on_call(name)
         fns[name](*arguments[calls[name] % len(arguments)])
         calls[name] += 1
 
@@ -157,6 +164,7 @@ def measure_interleaved(
         for name in round_order(names, r):
             if flush:
                 flush()
+                _synchronize(device)  # as in measure(): the launch latency stays in the sample
             samples[name].append(_one_sample(lambda: call(name), device=device, timer=timer, inner=inner))
     return samples
 
