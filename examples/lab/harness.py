@@ -128,44 +128,48 @@ class Lab:
         flush_l2: bool = False,
         inputs: Sequence[tuple] | None = None,
     ) -> dict[str, Metric]:
-        """Time ``variants`` against each other, interleaved: each round takes one sample of
-        every variant, forward in one round and backward in the next (A B, B A, ...), so that
-        drift in clocks, power and heat falls on all alike.
+        """Time ``variants`` against each other, interleaved: each round
+        takes one sample of every variant, in :func:`timing.round_order`,
+        so that drift in clocks, power and heat falls on all alike.
 
-        Each variant is kept as ``metric`` under ``case | {key: name}``. With a ``baseline``,
-        every other variant also gets ``speedup_metric``: the baseline's sample over its own
-        sample *of the same round*, median and spread of those paired ratios.
+        Each variant is kept as ``metric`` under ``case | {key: name}``.
+        With a ``baseline``, every other variant also gets
+        ``speedup_metric``: the baseline's sample over its own sample *of
+        the same round*, median and spread of those paired ratios.
         """
         if unit not in TIME_UNITS:
-            raise ValueError(f"unit {unit!r} is not a time unit ({', '.join(TIME_UNITS)})")
+            raise ValueError(f"unit {unit!r} is not a time unit")
         if baseline is not None and baseline not in variants:
-            raise ValueError(f"baseline {baseline!r} is not one of the variants ({', '.join(variants)})")
+            raise ValueError(f"baseline {baseline!r} is not a variant")
         timer = timer or self.timer
         warmup = self.warmup if warmup is None else warmup
-        description = _describe(case, metric) + " · " + " vs ".join(variants)
-        self._on_case(description)
+        runs = self.repetitions if repetitions is None else repetitions
+        described = _describe(case, metric) + " · " + " vs ".join(variants)
+        self._on_case(described)
         began = _clock.monotonic()
         samples = timing.measure_interleaved(
             variants, device=self.device, timer=timer, warmup=warmup,
-            repetitions=self.repetitions if repetitions is None else repetitions,
-            inner=inner, flush_l2=flush_l2, inputs=inputs)
+            repetitions=runs, inner=inner, flush_l2=flush_l2, inputs=inputs)
         ended = _clock.monotonic()
-        self._traced(began, ended, description)
+        self._traced(began, ended, described)
         self.load.window(began, ended)
         scale = TIME_UNITS[unit]
         method = f"{timer}, interleaved rounds"
         results = {}
         for name, values in samples.items():
-            result = summarize([v * scale for v in values], unit=unit, method=method)
-            result = result.model_copy(update={"warmup": warmup, "inner": inner})
+            result = summarize([v * scale for v in values], unit=unit,
+                               method=method)
+            result = result.model_copy(
+                update={"warmup": warmup, "inner": inner})
             row = {**case, key: name}
             self._keep(row, metric, result)
             self._windows[(_key(row), metric)] = (began, ended)
             results[name] = result
             if baseline is not None and name != baseline:
-                ratios = [b / v for b, v in zip(samples[baseline], values)]
+                paired = [b / v for b, v in zip(samples[baseline], values)]
                 self._keep(row, speedup_metric, summarize(
-                    ratios, unit="x", method=f"paired ratio {baseline} / {name}, {method}"))
+                    paired, unit="x",
+                    method=f"paired ratio {baseline} / {name}, {method}"))
         return results
     # --8<-- [end:compare]
 

@@ -106,14 +106,16 @@ def measure(
 
 
 # --8<-- [start:interleave]
+# --8<-- [start:round_order]
 def round_order(names: Sequence[str], round_index: int) -> list[str]:
-    """The order of the variants in one round: forward, then backward, and every two
-    rounds the list rotated by one (A B C, C B A, B C A, A C B, ...).
+    """The order of the variants in one round: forward, then backward, and
+    every two rounds the list rotated by one (A B C, C B A, B C A, A C B ...).
 
-    Over any two rounds each variant runs once early and once late, so a drift of the
-    clocks, the power or the temperature falls on every variant alike; the rotation
-    gives each variant every other one as a neighbour, so what one leaves behind (a
-    warm cache, a busy host) does not always fall on the same one.
+    Over any two rounds each variant runs once early and once late, so a
+    drift of clocks, power or temperature falls on every variant alike; the
+    rotation gives each variant every other one as a neighbour, so what one
+    leaves behind (a warm cache, a busy host) does not always fall on the
+    same one.
 
     >>> [''.join(round_order("ABC", r)) for r in range(6)]
     ['ABC', 'CBA', 'BCA', 'ACB', 'CAB', 'BAC']
@@ -122,8 +124,9 @@ def round_order(names: Sequence[str], round_index: int) -> list[str]:
     """
     order = list(names)
     shift = (round_index // 2) % len(order) if order else 0
-    order = order[shift:] + order[:shift]  # every variant leads, and each has other neighbours
+    order = order[shift:] + order[:shift]
     return order if round_index % 2 == 0 else order[::-1]
+# --8<-- [end:round_order]
 
 
 def measure_interleaved(
