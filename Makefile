@@ -74,14 +74,16 @@ serve: setup
 build: setup
 	$(LAB_ENV) $(BIN)/mkdocs build --strict -d $(SITE_DIR)
 
-# pytest runs on PYTEST_WORKERS processes (pytest-xdist); --dist loadgroup keeps the tests
-# that share a costly fixture on one of them (tests/conftest.py). The tests read the site
+# pytest runs on PYTEST_WORKERS processes (pytest-xdist); --dist loadscope keeps each test
+# module on one of them (its module-scoped fixtures are made once) and each page's or
+# docstring's examples together and in order (they share a namespace; Sybil's items ignore
+# the xdist_group marks that loadgroup reads). The tests read the site
 # that `build` has just made (LAB_BUILT_SITE) instead of building it again; a build with
 # your RECORDS is not the book's, so then they build their own.
 PYTEST_WORKERS ?= 2
 test: setup $(CHROMIUM) build
 	@status=0; $(if $(strip $(RECORDS)),,LAB_BUILT_SITE="$(abspath $(SITE_DIR))") \
-	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) || status=$$?; \
+	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS) || status=$$?; \
 	if [ $$status -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; \
 	exit $$status
 

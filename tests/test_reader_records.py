@@ -140,7 +140,9 @@ def test_a_one_gpu_readers_run_builds_with_a_tab_per_topic_and_the_skipped_one_l
     assert f"{READER_GPU} · {records.name} ({READER_SLUG}):" in appendix  # the summary counts its figures
     report = json.loads((site / "claims.json").read_text())
     machines = {v["machine"] for c in report["claims"] for v in c["verdicts"]}
-    assert READER_SLUG in machines and all(c["holds"] and c["runs_min"] >= 1 for c in report["claims"])
+    # A claim whose stale records lack its figure is "unverified" until re-measured, never violated.
+    assert READER_SLUG in machines and all((c["holds"] or c["status"] == "unverified") and c["runs_min"] >= 1
+                                           for c in report["claims"])
 
 
 def test_compare_pairs_a_one_gpu_readers_run_with_the_book(one_gpu_reader):
