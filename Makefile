@@ -74,18 +74,20 @@ serve: setup
 build: setup
 	$(LAB_ENV) $(BIN)/mkdocs build --strict -d $(SITE_DIR)
 
-# pytest runs on PYTEST_WORKERS processes (pytest-xdist); --dist loadscope keeps each test
-# module on one of them (its module-scoped fixtures are made once) and each page's or
-# docstring's examples together and in order (they share a namespace; Sybil's items ignore
-# the xdist_group marks that loadgroup reads). The tests read the site
-# that `build` has just made (LAB_BUILT_SITE) instead of building it again; a build with
-# your RECORDS is not the book's, so then they build their own.
+# The suite (tests/) runs on PYTEST_WORKERS processes (pytest-xdist); --dist loadgroup keeps
+# the tests that share a costly fixture on one of them (tests/conftest.py). The pages' and
+# docstrings' examples (Sybil; docs/, examples/) then run in one process, in order: the
+# examples of a page share a namespace, which two workers would split (about 15 s). The
+# tests read the site that `build` has just made (LAB_BUILT_SITE) instead of building it
+# again; a build with your RECORDS is not the book's, so then they build their own.
+# Exit status: the first failure's; 5 (no tests) only if neither run collected any.
 PYTEST_WORKERS ?= 2
 test: setup $(CHROMIUM) build
-	@status=0; $(if $(strip $(RECORDS)),,LAB_BUILT_SITE="$(abspath $(SITE_DIR))") \
-	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS) || status=$$?; \
-	if [ $$status -eq 5 ]; then echo "error: pytest collected no tests" >&2; fi; \
-	exit $$status
+	@suite=0; pages=0; $(if $(strip $(RECORDS)),,LAB_BUILT_SITE="$(abspath $(SITE_DIR))") \
+	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) tests || suite=$$?; \
+	$(BIN)/python -m pytest -p no:xdist $(PYTEST_ARGS) docs examples || pages=$$?; \
+	if [ $$suite -eq 5 ] && [ $$pages -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 5; fi; \
+	for s in $$suite $$pages; do if [ $$s -ne 0 ] && [ $$s -ne 5 ]; then exit $$s; fi; done
 
 clean:
 	rm -rf $(SITE_DIR)

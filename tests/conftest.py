@@ -89,9 +89,8 @@ def built_site(tmp_path_factory) -> Path:
 
 #: Fixtures too costly to make twice (a build, a real run of an example, a browser): under
 #: ``pytest -n 2 --dist loadgroup`` every test that uses one goes to the same worker, so each
-#: is made once per session, not once per worker. ``make test`` runs ``--dist loadscope``
-#: (each module on one worker), which Sybil's page and docstring items need; these marks
-#: then change nothing.
+#: is made once per session, not once per worker (``make test`` runs tests/ so; the pages'
+#: and docstrings' examples, which share a namespace per page, run after, in one process).
 SHARED_FIXTURES = ("built_site", "reader_site", "one_gpu_reader", "reader", "runner_records", "quick_run",
                    "browser", "tiny")
 
