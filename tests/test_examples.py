@@ -22,17 +22,28 @@ from examples.lab.registry import example_files, topic_name
 
 TOPICS = [topic_name(path) for path in example_files()]
 TIMEOUT_S = 300
+#: Examples whose own test module runs exactly this command (``python -m ... --quick
+#: --device cpu --json``) in a fixture and checks its record more closely: run once, there.
+RUN_BY_THEIR_OWN_TEST = {"ecosystem.fp8_training": ("tests.test_fp8_training", "quick_run")}
 
 
 def test_there_are_examples():
     assert TOPICS, "registry.example_files() found no example under examples/<chapter>/"
 
 
+@pytest.mark.parametrize("topic", sorted(RUN_BY_THEIR_OWN_TEST))
+def test_an_example_left_to_its_own_test_is_run_there(topic):
+    module, fixture = RUN_BY_THEIR_OWN_TEST[topic]
+    tests = importlib.import_module(module)
+    assert tests.TOPIC == f"examples.{topic}" and callable(getattr(tests, fixture, None)), (
+        f"{module} no longer runs {topic} in its fixture {fixture}: put it back in test_runs_on_cpu")
+
+
 def _module(topic: str):
     return importlib.import_module(f"examples.{topic}")
 
 
-@pytest.mark.parametrize("topic", TOPICS)
+@pytest.mark.parametrize("topic", [t for t in TOPICS if t not in RUN_BY_THEIR_OWN_TEST])
 def test_runs_on_cpu(topic, tmp_path, cli):
     module = _module(topic)
     measured = callable(getattr(module, "measure", None))
