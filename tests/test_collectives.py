@@ -173,9 +173,10 @@ def test_measure_rounds_order_before_and_pairing():
                              inner=2, before=lambda name: seen.append(("before", name)))
     assert {k: len(v) for k, v in samples.items()} == {"A": 3, "B": 3, "C": 3}
     assert all(t > 0 for v in samples.values() for t in v)
-    # Every sample: before(name) once, then `inner` calls; rounds in round_order.
-    expected = []
-    for r in range(4):  # one warm-up round and three kept
+    # A warm-up round: before(name), then one call; every sample: before(name) once,
+    # then `inner` calls; rounds in round_order.
+    expected = [step for name in round_order("ABC", 0) for step in (("before", name), ("call", name))]
+    for r in range(3):
         for name in round_order("ABC", r):
             expected += [("before", name), ("call", name), ("call", name)]
     assert seen == expected

@@ -618,67 +618,63 @@ def test_kernel_names_notes_a_failing_profiler_instead_of_raising():
     assert len(note) <= 200
 
 
-def test_a_cuda_error_ends_the_later_topics_of_its_process(monkeypatch, tmp_path, capsys):
-    """A CUDA error is sticky: every later topic of the process would fail the same way,
-    so the runner says they were not run, and how to run them, instead of ten false failures."""
+def fake_topic(name: str, error: Exception | None = None, ran: list | None = None) -> types.ModuleType:
+    """A topic module whose measure() notes that it ran, then raises ``error`` or keeps one figure."""
+    module = types.ModuleType(f"examples.fake.{name}")
+    module.__file__ = str(REPO / "examples/lab/harness.py")
+
+    def measure(lab):
+        if ran is not None:
+            ran.append(name)
+        if error is not None:
+            raise error
+        lab.value(case={}, metric="x", value=1.0, unit="")
+
+    module.measure = measure
+    return module
+
+
+@pytest.fixture
+def run_fake_topics(monkeypatch, tmp_path):
+    """``python -m examples.lab run --device cpu`` over fake topics (name -> module), fresh caches."""
     import examples.lab.__main__ as runner
     from examples.lab import registry
 
-    ran = []
-
-    def fake(name, error=None):
-        module = types.ModuleType(f"examples.fake.{name}")
-        module.__file__ = str(REPO / "examples/lab/harness.py")
-
-        def measure(lab):
-            ran.append(name)
-            if error:
-                raise error
-            lab.value(case={}, metric="x", value=1.0, unit="")
-
-        module.measure = measure
-        return module
-
-    topics = {"fake.first": fake("first"),
-              "fake.crash": fake("crash", RuntimeError("CUDA error: an illegal memory access was encountered")),
-              "fake.after": fake("after")}
-    monkeypatch.setattr(registry, "measured_topics", lambda: list(topics))
-    monkeypatch.setattr(registry, "import_topic", topics.__getitem__)
     monkeypatch.delenv("LAB_TRACEBACK", raising=False)
-    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR"):
+    for name in runner.CACHE_VARIABLES:
         monkeypatch.setenv(name, str(tmp_path / name))
-    status = runner.main(["run", "--device", "cpu", *topics, "--out", str(tmp_path / "out")])
+
+    def run(topics: dict, *names: str) -> int:
+        monkeypatch.setattr(registry, "measured_topics", lambda: list(topics))
+        monkeypatch.setattr(registry, "import_topic", topics.__getitem__)
+        return runner.main(["run", "--device", "cpu", *(names or topics), "--out", str(tmp_path / "out")])
+
+    return run
+
+
+def test_a_cuda_error_ends_the_later_topics_of_its_process(run_fake_topics, capsys):
+    """A CUDA error is sticky: every later topic of the process would fail the same way,
+    so the runner says they were not run, and how to run them, instead of ten false failures."""
+    ran: list[str] = []
+    topics = {"fake.first": fake_topic("first", ran=ran),
+              "fake.crash": fake_topic("crash", RuntimeError("CUDA error: an illegal memory access was encountered"),
+                                       ran=ran),
+              "fake.after": fake_topic("after", ran=ran)}
+    status = run_fake_topics(topics)
     out, err = capsys.readouterr()
     assert status == 1 and ran == ["first", "crash"], "the topic after the CUDA error must not run"
     assert "FAILED fake.after: not run: fake.crash's CUDA error" in err
     assert "python -m examples.lab run fake.after" in err
 
 
-def test_the_runner_reports_an_unavailable_or_failing_topic_in_one_line(monkeypatch, tmp_path, capsys):
+def test_the_runner_reports_an_unavailable_or_failing_topic_in_one_line(run_fake_topics, monkeypatch, capsys):
     """A missing tool skips the topic; a tool that fails is one FAILED line, not a traceback."""
-    import examples.lab.__main__ as runner
-    from examples.lab import registry
     from examples.lab.harness import Unavailable
 
-    def fake(name, error):
-        module = types.ModuleType(f"examples.fake.{name}")
-        module.__file__ = str(REPO / "examples/lab/harness.py")
-
-        def measure(lab):
-            raise error
-
-        module.measure = measure
-        return module
-
-    topics = {"fake.missing": fake("missing", Unavailable("Nsight Systems (nsys) is not installed")),
-              "fake.broken": fake("broken", RuntimeError("nsys exited with 1: no report\nsecond line")),
-              "fake.wrong": fake("wrong", CheckFailed("sum: relative error 1 exceeds 0"))}
-    monkeypatch.setattr(registry, "measured_topics", lambda: list(topics))
-    monkeypatch.setattr(registry, "import_topic", topics.__getitem__)
-    monkeypatch.delenv("LAB_TRACEBACK", raising=False)
-    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR"):
-        monkeypatch.setenv(name, str(tmp_path / name))
-    status = runner.main(["run", "--device", "cpu", *topics, "--out", str(tmp_path / "out")])
+    topics = {"fake.missing": fake_topic("missing", Unavailable("Nsight Systems (nsys) is not installed")),
+              "fake.broken": fake_topic("broken", RuntimeError("nsys exited with 1: no report\nsecond line")),
+              "fake.wrong": fake_topic("wrong", CheckFailed("sum: relative error 1 exceeds 0"))}
+    status = run_fake_topics(topics)
     out, err = capsys.readouterr()
     assert status == 1 and "Traceback" not in out + err
     assert "skipped fake.missing: Nsight Systems (nsys) is not installed" in out
@@ -686,7 +682,7 @@ def test_the_runner_reports_an_unavailable_or_failing_topic_in_one_line(monkeypa
     assert "FAILED fake.wrong: correctness check failed" in err
     monkeypatch.setenv("LAB_TRACEBACK", "1")
     with pytest.raises(RuntimeError, match="no report"):
-        runner.main(["run", "--device", "cpu", "fake.broken", "--out", str(tmp_path / "out")])
+        run_fake_topics(topics, "fake.broken")
 
 
 def test_compared_variants_are_interleaved_in_rounds_and_ratios_are_paired():
@@ -713,12 +709,9 @@ def test_compared_variants_are_interleaved_in_rounds_and_ratios_are_paired():
 
 def test_a_topic_starts_from_the_same_state_whatever_ran_before(tmp_path):
     """Topics share a process: a switch one flips is put back, and noted in its record."""
-    import types as _types
-
     from examples.lab.harness import run_measurement
 
-    module = _types.ModuleType("examples.fake.flips")
-    module.__file__ = str(REPO / "examples/lab/harness.py")
+    module = fake_topic("flips")
 
     def measure(lab):
         torch.backends.cudnn.benchmark = not torch.backends.cudnn.benchmark
@@ -740,9 +733,7 @@ def test_a_record_whose_code_changed_while_it_ran_is_refused(monkeypatch):
 
     hashes = iter(["a" * 64, "b" * 64])
     monkeypatch.setattr(provenance, "source_sha256", lambda path: next(hashes))
-    module = types.ModuleType("examples.fake.edited")
-    module.__file__ = str(REPO / "examples/lab/harness.py")
-    module.measure = lambda lab: lab.value(case={}, metric="x", value=1.0, unit="")
+    module = fake_topic("edited")
     with pytest.raises(RecordError, match="changed on disk while it ran"):
         run_measurement(module, device=CPU, quick=True, command="test")
 

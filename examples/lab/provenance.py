@@ -71,11 +71,10 @@ def source_files(path: Path) -> list[Path]:
         if key in seen:
             continue
         seen[key] = current
-        for name in _imported_examples(current):
-            if name not in BOOKKEEPING and name != "examples" and not name.endswith("__init__"):
-                module = _module_path(name)
-                if module is not None and module.name != "__init__.py":
-                    todo.append(module)
+        for name in _imported_examples(current) - BOOKKEEPING:
+            module = _module_path(name)
+            if module is not None and module.name != "__init__.py":  # packages hold no measuring code
+                todo.append(module)
     return [seen[k] for k in sorted(seen)]
 
 
@@ -85,8 +84,11 @@ def source_sha256(path: Path) -> str:
     imports, or to the harness stales it.
 
     Each file enters as its repository path and its text, line endings normalised so that
-    a checkout on Windows hashes the same.
+    a checkout on Windows hashes the same. A source that is not a Python module (a test's
+    stand-in text) imports nothing and runs through no harness: its hash is its own text.
     """
+    if path.suffix != ".py":
+        return hashlib.sha256(path.read_bytes().replace(b"\r\n", b"\n")).hexdigest()
     digest = hashlib.sha256()
     for file in source_files(path):
         digest.update(file.relative_to(REPO_ROOT).as_posix().encode() + b"\0")

@@ -38,6 +38,29 @@ class L2Flusher:
 # --8<-- [end:flush]
 
 
+# --8<-- [start:sample]
+def one_sample(call: Callable[[], None], *, device: torch.device, timer: str,
+               inner: int) -> float:
+    """Seconds per call of ``inner`` back-to-back calls, by device events or
+    a synchronized host clock."""
+    if timer == "cuda_event":
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(inner):
+            call()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / inner
+    _synchronize(device)
+    t0 = time.perf_counter_ns()
+    for _ in range(inner):
+        call()
+    _synchronize(device)
+    return (time.perf_counter_ns() - t0) / 1e9 / inner
+# --8<-- [end:sample]
+
+
 def measure(
     fn: Callable[..., Any],
     *,
@@ -83,29 +106,16 @@ def measure(
     for _ in range(repetitions):
         if flush:
             flush()
-            # Wait for the flush: otherwise the first call is enqueued while the GPU still
-            # zeroes the buffer, and its launch latency hides there (an unflushed sample has it).
+            # Wait for the flush: else the first call is enqueued while the
+            # GPU still zeroes the buffer, and its launch latency hides there
+            # (an unflushed sample has it).
             _synchronize(device)
-        if timer == "cuda_event":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(inner):
-                call()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3 / inner)
-        else:
-            _synchronize(device)
-            t0 = time.perf_counter_ns()
-            for _ in range(inner):
-                call()
-            _synchronize(device)
-            samples.append((time.perf_counter_ns() - t0) / 1e9 / inner)
+        samples.append(one_sample(call, device=device, timer=timer,
+                                  inner=inner))
     return samples
     # --8<-- [end:loop]
 
 
-# --8<-- [start:interleave]
 # --8<-- [start:round_order]
 def round_order(names: Sequence[str], round_index: int) -> list[str]:
     """The order of the variants in one round: forward, then backward, and
@@ -139,10 +149,14 @@ def measure_interleaved(
     inner: int = 1,
     flush_l2: bool = False,
     inputs: Sequence[tuple] | None = None,
+    before: Callable[[str], None] | None = None,
 ) -> dict[str, list[float]]:
     """Seconds per call of each variant, sampled in rounds: one sample of every variant
     per round, in :func:`round_order`. Sample ``i`` of each variant comes from round ``i``,
     so samples of two variants pair up by index (the ratio of a pair is a paired ratio).
+
+    ``before(name)``, if given, runs untimed before every warm-up call and every sample
+    of that variant, and the device is idle when each sample starts.
     """
     if timer not in ("cuda_event", "host_sync"):
         raise ValueError(f"interleaved timing takes 'cuda_event' or 'host_sync', not {timer!r}")
@@ -158,6 +172,8 @@ def measure_interleaved(
     names = list(fns)
     for r in range(warmup):
         for name in round_order(names, r):
+            if before is not None:
+                before(name)
             call(name)
     _synchronize(device)
 
@@ -165,32 +181,13 @@ def measure_interleaved(
     samples: dict[str, list[float]] = {name: [] for name in names}
     for r in range(repetitions):
         for name in round_order(names, r):
+            if before is not None:
+                before(name)
             if flush:
                 flush()
-                _synchronize(device)  # as in measure(): the launch latency stays in the sample
-            samples[name].append(_one_sample(lambda: call(name), device=device, timer=timer, inner=inner))
+            _synchronize(device)  # as in measure(): the launch latency stays in the sample
+            samples[name].append(one_sample(lambda: call(name), device=device, timer=timer, inner=inner))
     return samples
-
-
-def _one_sample(call: Callable[[], None], *, device: torch.device, timer: str, inner: int) -> float:
-    """Seconds per call of ``inner`` back-to-back calls, by device events or a synchronized clock."""
-    if timer == "cuda_event":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(inner):
-            call()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / inner
-    _synchronize(device)
-    t0 = time.perf_counter_ns()
-    for _ in range(inner):
-        call()
-    _synchronize(device)
-    return (time.perf_counter_ns() - t0) / 1e9 / inner
-
-
-# --8<-- [end:interleave]
 
 
 def measure_rounds(
@@ -202,31 +199,18 @@ def measure_rounds(
     inner: int = 1,
     before: Callable[[str], None] | None = None,
 ) -> dict[str, list[float]]:
-    """Seconds per call of each variant, in rounds of :func:`round_order`, with
-    ``before(name)`` run untimed before every sample (the warm-up rounds' too).
+    """:func:`measure_interleaved` with the harness's clock for ``device`` (CUDA events on
+    a GPU, a synchronized host clock elsewhere), for processes that time together: the
+    ranks of ``torch.distributed``.
 
-    Made for processes that time together, the ranks of ``torch.distributed``: every
-    rank issues the same calls in the same order (the order of a round depends on its
-    index only), and ``before`` may restore a variant's inputs and line the ranks up
-    with a barrier, so that no sample starts before its peers. The device is idle when
-    a sample starts; the clock is the harness's (CUDA events on a GPU, a synchronized
-    host clock elsewhere). Sample ``i`` of every variant comes from round ``i``, so
-    the samples of two variants pair up by index, as :func:`measure_interleaved`'s
-    do; one variant alone is a plain timing loop. The warm-up rounds are the same
-    rounds, timed and dropped.
+    Every rank issues the same calls in the same order (the order of a round depends on
+    its index only), and ``before`` may restore a variant's inputs and line the ranks up
+    with a barrier, so that no sample starts before its peers. One variant alone is a
+    plain timing loop.
     """
     timer = "cuda_event" if device.type == "cuda" else "host_sync"
-    names = list(fns)
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(warmup + repetitions):
-        for name in round_order(names, r):
-            if before is not None:
-                before(name)
-            _synchronize(device)
-            t = _one_sample(fns[name], device=device, timer=timer, inner=inner)
-            if r >= warmup:
-                samples[name].append(t)
-    return samples
+    return measure_interleaved(fns, device=device, timer=timer, warmup=warmup,
+                               repetitions=repetitions, inner=inner, before=before)
 
 
 def _do_bench(call: Callable[[], None], *, inner: int, flush_l2: bool) -> list[float]:

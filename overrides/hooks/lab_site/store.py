@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import hashlib
 import os
 import posixpath
 from collections.abc import Iterable, Sequence
@@ -271,13 +270,7 @@ def source_hash(source: Path) -> str:
     """What a record's ``source_sha256`` is compared with: the runner's own hash
     (``examples.lab.provenance.source_sha256``: the example, every example module it
     imports and the harness), so the site and ``lab run --stale`` agree on what is stale.
-
-    A source that is not a Python module (the tests' stand-in text) imports nothing and
-    runs through no harness: its hash is its own text, line endings normalised, as every
-    source's was before hashes covered imports.
     """
-    if source.suffix != ".py":
-        return hashlib.sha256(source.read_bytes().replace(b"\r\n", b"\n")).hexdigest()
     try:
         return source_sha256(source)
     except SyntaxError as exc:
