@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -25,6 +26,8 @@ import notebooks  # noqa: E402
 
 CHAPTERS = notebooks.chapters()
 CELL_TIMEOUT_S = 300
+#: Kernels at a time: much of a run is waiting (kernel start-up, Chapter 6's gloo processes).
+WORKERS = 4
 
 
 def test_every_chapter_and_example_is_in_a_notebook():
@@ -73,17 +76,15 @@ def _execute(path: Path) -> tuple[str, str | None]:
     return path.stem, None
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.package)
-def test_every_notebook_runs_top_to_bottom_on_the_cpu(chapter, tmp_path, monkeypatch):
-    """One notebook a test, so that pytest-xdist spreads them over its workers (one test
-    of all nine was a 140 s tail on one worker)."""
+def test_every_notebook_runs_top_to_bottom_on_the_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the kernels inherit it: no GPU, anywhere
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the notebook sets it itself
     monkeypatch.delenv("PYTHONWARNINGS", raising=False)
-    path = tmp_path / f"{chapter.package}.ipynb"
-    nbformat.write(notebooks.notebook(chapter), path)
-    name, error = _execute(path)
-    assert error is None, f"{name}.ipynb failed:\n{error}"
+    paths = notebooks.write_all(tmp_path)
+    with ThreadPoolExecutor(WORKERS) as pool:
+        results = list(pool.map(_execute, sorted(paths.values())))
+    failed = {name: error for name, error in results if error}
+    assert not failed, "\n\n".join(f"{name}.ipynb failed:\n{error}" for name, error in failed.items())
 
 
 @pytest.fixture(scope="module")
