@@ -310,3 +310,24 @@ def test_both_capstone_topics_share_one_set_up_and_the_last_frees_it(monkeypatch
         lab.load.stop()
         other.load.stop()
         decode.release_setup()
+
+
+def test_each_fused_product_autotunes_over_its_own_winners_and_never_over_nothing():
+    """The matvec autotuner's candidates depend on the product (its flags), not only on
+    the precision: one block for a product that always chose it, the precision's full
+    list for a product without recorded choices (the per-shape table's plain product)."""
+    pytest.importorskip("triton")
+    from examples.capstone import fused
+
+    def kept(**flags):
+        return {(c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"])
+                for c in fused._for_product(fused._MATVEC_CONFIGS, {}, PDL=False, **flags)}
+
+    assert kept(HEADS=32, KV_HEADS=8, HALF=64, INT8=False) == {(8, 512)}
+    assert kept(NORM=True, SWIGLU=True, RESIDUAL=False, INT8=False) == {(1, 1024)}
+    assert kept(NORM=True, SWIGLU=False, RESIDUAL=False, INT8=True) == {(8, 1024)}
+    assert kept(NORM=False, SWIGLU=False, RESIDUAL=True, INT8=True) == {(2, 512), (4, 1024), (8, 1024)}
+    assert kept(NORM=False, SWIGLU=False, RESIDUAL=False, INT8=False) == set(fused._BF16_BLOCKS)
+    assert kept(NORM=False, SWIGLU=False, RESIDUAL=False, INT8=True) == set(fused._INT8_BLOCKS)
+    for (product, int8), blocks in fused._WON.items():  # a subset of what is compiled for them
+        assert blocks and set(blocks) <= set(fused._INT8_BLOCKS if int8 else fused._BF16_BLOCKS)

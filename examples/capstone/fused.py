@@ -87,6 +87,27 @@ def pdl(enabled: bool):
         PDL = saved
 
 
+def product_of(flags: dict) -> str:
+    """Which product of the step a kernel launch is, from its constexpr flags."""
+    if "HEADS" in flags:
+        return "q/k/v"  # the q/k/v + rotary kernel
+    if flags.get("SWIGLU"):
+        return "gate/up"
+    if flags.get("NORM"):
+        return "head"
+    if flags.get("RESIDUAL"):
+        return "residual"
+    return "plain"
+
+
+def candidate_blocks(product: str, int8: bool) -> tuple[tuple[int, int], ...]:
+    """The (BLOCK_N, BLOCK_K) the autotuner tries for ``product``: those that won
+    for it in the recorded runs, or every block its precision won."""
+    if triton is None:
+        return ()
+    return _WON.get((product, int8), _INT8_BLOCKS if int8 else _BF16_BLOCKS)
+
+
 def _weight(w) -> tuple[torch.Tensor, torch.Tensor | None]:
     return (w.q, w.scale) if isinstance(w, Int8Weight) else (w, None)
 
@@ -94,29 +115,45 @@ def _weight(w) -> tuple[torch.Tensor, torch.Tensor | None]:
 if triton is not None:
     # Rows per program (BLOCK_N) and the width of each load (BLOCK_K). The
     # autotuner times each candidate on the real shape with the L2 flushed and
-    # keeps the best; each candidate costs a compilation per kernel variant and
-    # a timing per shape, seconds of every run, so the candidates are the ones
-    # that can win. The 19 first searched (BLOCK_N 1-8, BLOCK_K 512-4096, 4 or
-    # 8 warps) were tuned in 6 committed runs, H100 and H200
-    # (docs/records/*/capstone.fused_decode/, the note "matvec blocks the
-    # autotuner kept": 60 choices over the q/k/v and matrix-vector shapes).
-    # Every choice had 4 warps and BLOCK_K 512 or 1024, and the candidates of
-    # each precision are the blocks chosen for it there: int8 rows, half the
-    # bytes of a bf16 row, never won with one row a program. The note keeps
-    # recording the choices: one at the edge of these lists says to widen them.
+    # keeps the best; each candidate costs a compilation per kernel variant
+    # (about 0.4 s on an H200's host) and a timing per shape, seconds of every
+    # run, so the candidates are the ones that can win. The 19 first searched
+    # (BLOCK_N 1-8, BLOCK_K 512-4096, 4 or 8 warps) were tuned in 6 committed
+    # runs, H100 and H200, and the 6 bf16 / 4 int8 blocks that won there in 2
+    # more H200 runs (the record's note "matvec blocks the autotuner kept").
+    # Every choice had 4 warps and BLOCK_K 512 or 1024. Each product (its
+    # flags, so its own compiled variant) searches only the blocks that won
+    # for it in those 8 runs: the q/k/v product in bf16 chose (8, 512), the
+    # gate/up product (1, 1024) in bf16 and (4, 1024) in int8, and the int8
+    # head (8, 1024), every time, so they are compiled once and not timed.
+    # The note keeps recording the choices: one at the edge of a list says to
+    # widen it. A product of no recorded choice (the plain matrix-vector
+    # product of the per-shape table) searches every block its precision won.
     _BF16_BLOCKS = ((1, 1024), (2, 1024), (4, 1024), (8, 1024), (2, 512), (8, 512))
     _INT8_BLOCKS = ((2, 1024), (4, 1024), (8, 1024), (2, 512))
+    #: (product, int8) -> its candidate blocks, from the 8 runs' choices.
+    _WON = {
+        ("q/k/v", False): ((8, 512),),
+        ("q/k/v", True): ((2, 1024), (4, 1024), (8, 1024)),
+        ("gate/up", False): ((1, 1024),),
+        ("gate/up", True): ((4, 1024),),
+        ("head", False): ((2, 1024), (8, 1024)),
+        ("head", True): ((8, 1024),),
+        # the output and down projections: one compiled variant, two shapes
+        ("residual", False): ((1, 1024), (2, 1024), (4, 1024), (2, 512)),
+        ("residual", True): ((2, 512), (4, 1024), (8, 1024)),
+    }
     _MATVEC_CONFIGS = [
         triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=4)
         for bn, bk in sorted(set(_BF16_BLOCKS + _INT8_BLOCKS))
     ]
 
-    def _for_precision(configs, named_args, **kwargs):
-        blocks = _INT8_BLOCKS if kwargs.get("INT8") else _BF16_BLOCKS
+    def _for_product(configs, named_args, **kwargs):
+        blocks = candidate_blocks(product_of(kwargs), bool(kwargs.get("INT8")))
         return [c for c in configs if (c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) in blocks]
 
     _TUNING = {"configs": _MATVEC_CONFIGS, "do_bench": autotune_bench,
-               "prune_configs_by": {"early_config_prune": _for_precision}}
+               "prune_configs_by": {"early_config_prune": _for_product}}
 
     @triton.jit
     def _as_float(w, INT8: tl.constexpr):
@@ -475,8 +512,8 @@ class FusedDecoder(Decoder):
 
 
 # -- command line: the kernels of one token and the bytes each reads ---------------------
-#: 516: the mean context of a timed token in capstone.decode (512 + (8 + 1) / 2).
-EXAMPLE_ARGV = ["--config", "llama3-8b", "--context", "516"]
+#: 514: the mean context of a timed token in capstone.decode (512 + (4 + 1) / 2).
+EXAMPLE_ARGV = ["--config", "llama3-8b", "--context", "514"]
 
 
 def kernel_plan(c: Config, context: int, weight_bytes: float = 2.0) -> list[tuple[str, int, float]]:
@@ -504,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m examples.capstone.fused",
                             description="The fused step's kernels per token and the bytes each reads.")
     parser.add_argument("--config", choices=sorted(CONFIGS), default="llama3-8b")
-    parser.add_argument("--context", type=positive(int), default=516, help="tokens in the KV cache")
+    parser.add_argument("--context", type=positive(int), default=514, help="tokens in the KV cache")
     parser.add_argument("--int8", action="store_true", help="weights stored as int8 rows")
     args = parser.parse_args(argv)
     plan = kernel_plan(CONFIGS[args.config], args.context, 1.0 if args.int8 else 2.0)
