@@ -89,7 +89,11 @@ def uncached_child() -> None:
 
 
 def measure(lab) -> None:
-    calls = 10 if lab.quick else 50
+    # Calls per sample: ten calls of OPS ops last about a millisecond even
+    # for the cheapest way (empty, some 5 us an op), a thousand times the
+    # host clock's resolution; the rounds (their count unchanged) give the
+    # spread, and 50 calls a sample made this timing five times as long.
+    calls = 10
     sizes = SIZES[:1] if lab.quick else SIZES
     # Started first, the child imports torch (seconds of host work on another
     # core) while this process times; it touches the GPU only after that.

@@ -64,8 +64,10 @@ def profiled_products() -> None:
 
     from examples.capstone import fused
     from examples.measuring._waiting_child import wait_for_go
+    from examples.measuring.nsys_capture import prepare_cuda
 
-    wait_for_go()  # loaded; the GPU is the parent's until it says go
+    prepare_cuda()  # context and cuBLAS before waiting: no kernels yet
+    wait_for_go()  # loaded; the GPU's kernels are the parent's until it says go
     torch.manual_seed(0)
     operands = []
     for n, k in CAPTURED.values():
@@ -146,13 +148,15 @@ def measure(lab) -> None:
     from examples.measuring._waiting_child import WaitingChild
 
     ncu = find_ncu()
-    version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
         log = str(Path(tmp, "ncu.csv"))
         cmd = ncu_command(ncu, log, [sys.executable, "-c", CHILD])
-        # The child starts now: ncu, Python and torch load while this process
-        # checks the kernels; it touches the GPU only once told to go.
+        # The child starts now: ncu, Python, torch and its CUDA context load
+        # while this process checks the kernels; it launches kernels only once
+        # told to go.
         with WaitingChild(cmd) as child:
+            version = subprocess.run([ncu, "--version"], capture_output=True,
+                                     text=True).stdout.strip()
             for shape, (n, k) in CAPTURED.items():  # the two kernels compute the product
                 w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
                 x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)

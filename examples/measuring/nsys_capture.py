@@ -40,7 +40,6 @@ from pathlib import Path
 
 import torch
 
-from examples.lab.harness import Unavailable
 from examples.measuring._waiting_child import WaitingChild, wait_for_go
 
 REQUIRES_CUDA = True
@@ -58,10 +57,12 @@ def nsys_command(nsys: str, report: str, child: list[str]) -> list[str]:
             "--capture-range-end=stop",
             "--cuda-graph-trace=node",  # each kernel of a graph, not one bar
             "--sample=none", "--cpuctxsw=none",  # no CPU sampling: less overhead
+            "--export=sqlite",  # REPORT.sqlite too, without a second nsys run
             "--force-overwrite=true", "--output", report, *child]
 
 
 def export_command(nsys: str, report: str, database: str) -> list[str]:
+    """The export as a command of its own, for a report that has no SQLite yet."""
     return [nsys, "export", "--type=sqlite", "--force-overwrite=true",
             "--output", database, report]
 # --8<-- [end:command]
@@ -102,7 +103,8 @@ def build_steps() -> tuple[dict, dict[str, torch.Tensor]]:
 # --8<-- [start:child]
 def captured_steps() -> None:
     """Run under nsys: warm up, then STEPS steps of each kind with capture on."""
-    wait_for_go()  # loaded; the GPU is the parent's until it says go
+    prepare_cuda()  # before waiting: seconds of host work under nsys, no kernels
+    wait_for_go()  # loaded; the GPU's kernels are the parent's until it says go
     steps, _ = build_steps()
     torch.cuda.profiler.start()  # cudaProfilerStart: nsys begins recording
     for kind, step in steps.items():
@@ -111,6 +113,18 @@ def captured_steps() -> None:
                 step()
     torch.cuda.profiler.stop()
 # --8<-- [end:child]
+
+
+def prepare_cuda() -> None:
+    """Create this process's CUDA context and cuBLAS handle, launching nothing.
+
+    Under a profiler both take seconds of host work (its injection and CUPTI
+    start with the context, cuBLAS loads its library), which the parent's
+    work can hide; only the steps themselves must wait for the parent.
+    """
+    torch.cuda.init()
+    torch.cuda.synchronize()  # makes the context (a synchronize on no work)
+    torch.cuda.current_blas_handle()  # loads cuBLAS, allocates its handle
 
 
 # -- reading the export --------------------------------------------------------
@@ -215,6 +229,8 @@ def timeline_panel(title: str, step: dict, limit: int = 400) -> dict:
 
 def find_nsys() -> str:
     """$NSYS, then nsys on the PATH, then NVIDIA's install folders."""
+    from examples.lab.harness import Unavailable  # not in the child: it loads faster
+
     candidates = [os.environ.get("NSYS"), shutil.which("nsys"),
                   *sorted(glob.glob("/opt/nvidia/nsight-systems/*/bin/nsys"), reverse=True),
                   *sorted(glob.glob("/usr/local/cuda*/bin/nsys"), reverse=True)]
@@ -234,8 +250,9 @@ def run(cmd: list[str], what: str, timeout: int) -> str:
 
 def capture(nsys: str, parent_work) -> tuple[dict[str, list[dict]], str]:
     """The child's steps under nsys, exported and read; ``parent_work()`` runs
-    while nsys and the child start, and the child touches the GPU only after it."""
+    while nsys and the child start, and the child runs kernels only after it."""
     with tempfile.TemporaryDirectory() as tmp:
+        # nsys writes REPORT.nsys-rep and, with --export=sqlite, REPORT.sqlite
         report, database = str(Path(tmp, "steps")), str(Path(tmp, "steps.sqlite"))
         cmd = nsys_command(nsys, report, [sys.executable, "-c", CHILD])
         with WaitingChild(cmd) as child:
@@ -250,19 +267,20 @@ def capture(nsys: str, parent_work) -> tuple[dict[str, list[dict]], str]:
                     if line.strip() and "%" not in line][-3:]  # nsys's last words, not its progress bars
             raise RuntimeError("nsys wrote no .nsys-rep report (an nsys without its host importer "
                                f"leaves only a .qdstrm file); nsys said: {' | '.join(said) or 'nothing'}")
-        run(export_command(nsys, report + ".nsys-rep", database), "nsys export", 300)
+        if not Path(database).exists():  # an nsys whose profile did not export
+            run(export_command(nsys, report + ".nsys-rep", database), "nsys export", 300)
         importer_errors = "Importer error status" in log or "Errors occurred while processing" in log
         return read_capture(database), ("the importer reported non-fatal errors" if importer_errors else "")
 
 
 def measure(lab) -> None:
     nsys = find_nsys()
-    version = run([nsys, "--version"], "nsys --version", 60).strip().splitlines()[-1]
-    untraced = {}
+    untraced, version = {}, []
 
     def untraced_steps(child) -> None:
         """This process's share, while nsys and the child load: check the steps, then
         time them untraced once the child waits idle."""
+        version.append(run([nsys, "--version"], "nsys --version", 60).strip().splitlines()[-1])
         steps, outputs = build_steps()
         for kind, out in outputs.items():  # first: the steps compute something finite ...
             lab.check(f"{kind}: finite", out.isfinite().double(),
@@ -296,7 +314,7 @@ def measure(lab) -> None:
         middle = sorted(ranges, key=lambda r: r["end"] - r["start"])[STEPS // 2]
         timeline["panels"].append(timeline_panel(kind, middle))
     lab.note("timeline", timeline)
-    lab.note("nsys", f"{version}; nsys {' '.join(nsys_command('nsys', 'steps', [])[1:])} python ...")
+    lab.note("nsys", f"{version[0]}; nsys {' '.join(nsys_command('nsys', 'steps', [])[1:])} python ...")
     if warning:
         lab.note("nsys import", warning)
 
