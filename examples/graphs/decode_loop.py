@@ -77,7 +77,7 @@ def measure(lab) -> None:
 #: generate code for every layer (no layer's code is reused for the next), so
 #: a compile's time grows with the depth: about 6 s each at 32 layers on an
 #: H200 host (2026-11-25), three quarters of the topic. Eight layers show the
-#: same fusion, graphs and pitfall at a quarter of the compile time.
+#: same fusion, graphs and pitfall with a quarter of the layers to compile.
 COMPILE_AT = {"hidden": 1024, "layers": 8}
 #: Warm-up calls (rounds on a GPU): every way has run before it is timed
 #: (the checks, the capture, the compiles), so a few rounds reach the steady
