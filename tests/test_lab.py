@@ -444,15 +444,29 @@ def test_the_monitor_waits_for_the_samplers_first_reading(monkeypatch):
     def fake_popen(cmd, **kwargs):
         return real_popen([sys.executable, "-c", slow_start, cmd[-1]], stdin=sp.DEVNULL)
 
-    monkeypatch.setattr(load.subprocess, "Popen", fake_popen)
+    started = []
+
+    def counting_popen(cmd, **kwargs):
+        started.append(cmd)
+        return fake_popen(cmd, **kwargs)
+
+    monkeypatch.setattr(load.subprocess, "Popen", counting_popen)
+    monkeypatch.setattr(load, "_SAMPLERS", {})
     began = time.monotonic()
     monitor = load.LoadMonitor(0)
     waited = time.monotonic() - began
     try:
         assert waited >= 0.3, "returned before the sampler wrote anything"
-        assert Path(monitor._file.name).stat().st_size > 0
-    finally:
+        assert monitor._sampler.path.stat().st_size > 0
         assert [(s.sm_mhz, s.power_w) for s in monitor.stop()] == [(1980, 90.0)]
+        began = time.monotonic()
+        second = load.LoadMonitor(0)
+        assert time.monotonic() - began < 0.3 and len(started) == 1, "the next record shares the running sampler"
+        assert [(s.sm_mhz, s.power_w) for s in second.stop()] == [(1980, 90.0)]
+    finally:
+        path, process = monitor._sampler.path, monitor._sampler.process
+        load.close_samplers()
+    assert process.poll() is not None and not path.exists(), "closing stops the sampler and removes its file"
 
 
 def test_a_topic_timed_in_other_processes_gets_the_load_of_its_whole_run(monkeypatch):
@@ -777,3 +791,25 @@ def test_a_set_up_kept_for_the_next_topic_is_freed_when_another_comes_next():
     _release_shared(module, ["capstone.decode", "stack.roofline", "capstone.fused_decode"], "capstone.decode")
     _release_shared(module, ["capstone.decode"], "capstone.decode")
     assert freed == [1, 1], "another topic, or none, comes next: free it"
+
+
+def test_the_check_reads_every_chunk_and_both_parts_of_complex_numbers(monkeypatch):
+    """The error is summed a chunk at a time on the output's device; chunking changes nothing,
+    and an error only in the imaginary part, or only in the last chunk, is caught."""
+    from examples.lab import harness
+
+    monkeypatch.setattr(harness, "CHECK_CHUNK", 7)
+    lab = Lab(torch.device("cpu"), quick=True)
+    x = torch.randn(10, 5, dtype=torch.float32)
+    reference = x.double()
+    off = x.clone()
+    off[-1, -1] += 10.0  # in the last, short chunk
+    assert lab.check("exact", x, reference, tolerance=1e-6) < 1e-7
+    expected = torch.linalg.vector_norm(off.double() - reference) / torch.linalg.vector_norm(reference)
+    with pytest.raises(harness.CheckFailed):
+        lab.check("last chunk", off, reference, tolerance=1e-3)
+    assert lab._checks[-1].rel_error == pytest.approx(expected.item(), rel=1e-12)
+    z = torch.randn(16, dtype=torch.complex64)
+    assert lab.check("complex", z, z.to(torch.complex128), tolerance=1e-6) < 1e-7
+    with pytest.raises(harness.CheckFailed):
+        lab.check("imaginary part", z + 1j, z.to(torch.complex128), tolerance=1e-3)

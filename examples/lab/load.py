@@ -19,6 +19,7 @@ samples taken at least one averaging period after it began, and none if it is sh
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import statistics
 import subprocess
@@ -49,8 +50,81 @@ class Sample:
     power_w: float
 
 
+class _Sampler:
+    """One sampler process per GPU and per Python process, started when a record first needs it.
+
+    A topic lasts seconds; starting a Python process with NVML costs a good part of one. So the
+    topics of one ``lab run`` share the sampler, each reading the samples of its own windows.
+    """
+
+    def __init__(self, device_index: int, interval_ms: float):
+        self.owner = os.getpid()  # a forked rank inherits this object: only its owner stops it
+        self.path: Path | None = None
+        self.process = None
+        file = tempfile.NamedTemporaryFile("w+", suffix=".load", delete=False)
+        file.close()
+        self.path = Path(file.name)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_repo_root(), os.environ.get("PYTHONPATH")]))}
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "examples.lab.load", "--index", str(device_index),
+                 "--interval-ms", str(interval_ms), "--out", str(self.path)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+            )
+        except OSError:
+            self.process = None
+            return
+        self._wait_until_sampling()
+
+    def _wait_until_sampling(self) -> None:
+        """Return once the sampler has written its first line, or has given up (no NVML)."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline and self.process.poll() is None:
+            if self.path.stat().st_size > 0:
+                return
+            time.sleep(0.005)
+
+    def read(self) -> tuple[str | None, list[Sample]]:
+        """Which power reading the sampler takes, and every sample it has written so far."""
+        if self.path is None:
+            return None, []
+        return read_power_reading(self.path), read_samples(self.path)
+
+    def close(self) -> None:
+        if os.getpid() != self.owner:
+            return
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+
+_SAMPLERS: dict[tuple[int, float], _Sampler] = {}
+
+
+def _shared_sampler(device_index: int, interval_ms: float) -> _Sampler:
+    key = (device_index, interval_ms)
+    sampler = _SAMPLERS.get(key)
+    if sampler is None or sampler.owner != os.getpid():
+        sampler = _SAMPLERS[key] = _Sampler(device_index, interval_ms)
+    return sampler
+
+
+@atexit.register
+def close_samplers() -> None:
+    """Stop this process's samplers (at exit; tests call it to end a fake one)."""
+    for key in list(_SAMPLERS):
+        if _SAMPLERS[key].owner == os.getpid():
+            _SAMPLERS.pop(key).close()
+
+
 class LoadMonitor:
-    """Starts the sampler for one GPU and collects its samples; a no-op when it cannot run."""
+    """The load of one record: its timed windows and the shared sampler's samples; a no-op
+    when the sampler cannot run."""
 
     def __init__(self, device_index: int | None, interval_ms: float = INTERVAL_MS):
         self.interval_ms = interval_ms
@@ -58,52 +132,19 @@ class LoadMonitor:
         self._samples: list[Sample] | None = None
         #: INSTANT or AVERAGE, as the sampler wrote in its first line.
         self.power_reading: str | None = None
-        self._process = None
-        self._file = None
-        if device_index is None:
-            return
-        self._file = tempfile.NamedTemporaryFile("w+", suffix=".load", delete=False)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_repo_root(), os.environ.get("PYTHONPATH")]))}
-        try:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "examples.lab.load", "--index", str(device_index),
-                 "--interval-ms", str(interval_ms), "--out", self._file.name],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-            )
-        except OSError:
-            self._process = None
-            return
-        self._wait_until_sampling()
-
-    def _wait_until_sampling(self) -> None:
-        """Return once the sampler has written its first line, or has given up (no NVML)."""
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        path = Path(self._file.name)
-        while time.monotonic() < deadline and self._process.poll() is None:
-            if path.stat().st_size > 0:
-                return
-            time.sleep(0.005)
+        self._sampler = None if device_index is None else _shared_sampler(device_index, interval_ms)
 
     def window(self, start: float, end: float) -> None:
         """A timed region, in ``time.monotonic()`` seconds."""
         self.windows.append((start, end))
 
     def stop(self) -> list[Sample]:
-        """Stop the sampler (once) and return every sample it wrote."""
+        """Take (once) every sample written so far: the record's windows have all ended."""
         if self._samples is not None:
             return self._samples
         self._samples = []
-        if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-        if self._file is not None:
-            self.power_reading = read_power_reading(Path(self._file.name))
-            self._samples = read_samples(Path(self._file.name))
-            self._file.close()
-            Path(self._file.name).unlink(missing_ok=True)
+        if self._sampler is not None:
+            self.power_reading, self._samples = self._sampler.read()
         return self._samples
 
     def load_between(self, start: float, end: float) -> Load | None:
