@@ -3,7 +3,8 @@
 A square matrix A with a fraction ``sparsity`` of its entries zero (at random
 places) times a dense B: once as a dense matmul (cuBLAS on a GPU, the CPU
 BLAS otherwise), once with A stored as CSR (cuSPARSE's SpMM on a GPU). Both
-are checked against a float64 product first. The dense side is FP32 with
+are checked against a float64 product first (the dense products at a
+shape's first sparsity, CSR at every one). The dense side is FP32 with
 TF32 off (PyTorch's default); on a GPU it is also timed in TF32 and in BF16,
 as a user would run it, for two shapes. On a GPU the same run also times the
 CPU, and 2:4 sparse bf16 products (two zeros in every four) for a few shapes
