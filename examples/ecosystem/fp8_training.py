@@ -33,16 +33,17 @@ much GEMM time there is to save against those passes: the Llama 3 8B shape
 Each variant is checked first: its output, and the gradients of the input
 and of ``w2``, against the same block computed in float64 from the same
 weights and inputs. Then the four variants of a shape, each compiled once,
-are timed in interleaved rounds (``lab.compare``): ``inner`` steps back to
-back per sample, on pre-made random inputs that rotate (made outside the
-timed region), and each FP8 recipe's ``speedup`` is the paired ratio of the
-BF16 sample and its own in the same round; the gradients are dropped inside the step (``grad = None``, a few
-Python assignments) so that none accumulates. On a GPU, the profiler also
-sums the durations of one step's kernels (``kernel_time``): where a step's
-time exceeds it, the host (guards, launches, autograd), not the GPU, sets
-the pace, and FP8's extra kernels cost launches as well as passes. On the
-CPU, ``_scaled_mm`` is emulated: the quick run checks the recipes, its times
-say nothing of FP8.
+are timed in interleaved rounds (``lab.compare``): one step per sample on
+the large block, five back to back on the host-bound small one (``INNER``),
+on pre-made random inputs that rotate (made outside the timed region), and
+each FP8 recipe's ``speedup`` is the paired ratio of the BF16 sample and its
+own in the same round; the gradients are dropped inside the step (``grad =
+None``, a few Python assignments) so that none accumulates. On a GPU, the
+profiler also sums the durations of one step's kernels (``kernel_time``):
+where a step's time exceeds it, the host (guards, launches, autograd), not
+the GPU, sets the pace, and FP8's extra kernels cost launches as well as
+passes. On the CPU, ``_scaled_mm`` is emulated: the quick run checks the
+recipes, its times say nothing of FP8.
 """
 
 from __future__ import annotations
@@ -68,9 +69,15 @@ TINY = ((64, 128, 256),)
 #: a wrong result (a lost scale, a transposed operand) is off by 100 % or more.
 TOLERANCE = {"bf16": {"out": 2e-2, "grad": 2e-2}, "fp8": {"out": 0.15, "grad": 0.2}}
 INSTALL = 'pip install -e ".[fp8]"'
-#: Samples per figure on a GPU: a sample is 5 steps of 1.5 to 27 ms, so 20
-#: give a stable median (the spread is shown) in a fraction of the time.
+#: Samples per figure on a GPU: 20 give a stable median (the spread is shown).
 REPETITIONS = 20
+#: Steps back to back per sample, by shape. The large block's step (16 to 27 ms
+#: of GPU work, the host far ahead) is thousands of times the event clock's
+#: resolution, so one step is a sample; five would only take five times as long.
+#: The small block's steps (1 to 2.5 ms) are host-bound: five back to back are
+#: the steady state of a training loop, where each step's launches overlap the
+#: last one's kernels, which a lone step after an idle GPU would not show.
+INNER = {SHAPES[0]: 1, SHAPES[1]: 5}
 
 
 class SwiGLU(nn.Module):
@@ -159,15 +166,17 @@ def training_step(block: nn.Module, forward, x: torch.Tensor) -> torch.Tensor:
 def measure_shape(lab, tokens: int, d: int, h: int) -> None:
     dtype = torch.bfloat16 if lab.cuda else torch.float32
     torch.manual_seed(0)
-    base = SwiGLU(d, h).to(lab.device, dtype)
+    with torch.device(lab.device):  # 176 M weights: 1.5 s to initialize on the host
+        base = SwiGLU(d, h).to(dtype)
     x = torch.randn(tokens, d, device=lab.device, dtype=dtype)
-    # The reference: the same weights and input, in float64, copied to the
-    # host once for the checks of every recipe.
+    # The reference: the same weights and input, in float64, kept on the
+    # device for the checks of every recipe (``lab.check`` computes the error
+    # where the output lives: 1.5 GB of float64 need not cross to the host).
     ref = copy.deepcopy(base).double()
     x_ref = x.double().requires_grad_()
     out_ref = ref(x_ref)
     out_ref.pow(2).mean().backward()
-    out_ref, grad_x_ref, grad_w_ref = (t.detach().cpu() for t in (
+    out_ref, grad_x_ref, grad_w_ref = (t.detach() for t in (
         out_ref, x_ref.grad, ref.w2.weight.grad))
     del ref, x_ref
     inputs = [(torch.randn_like(x).requires_grad_(),) for _ in range(3)]
@@ -196,7 +205,7 @@ def measure_shape(lab, tokens: int, d: int, h: int) -> None:
     # recipe's ``speedup`` is BF16's sample over its own in the same round.
     times = lab.compare(steps, case={"tokens": tokens, "d": d, "h": h},
                         key="recipe", metric="time", unit="ms", baseline="bf16",
-                        inner=1 if lab.quick else 5, inputs=inputs,
+                        inner=1 if lab.quick else INNER[tokens, d, h], inputs=inputs,
                         warmup=None if lab.quick else 5,
                         repetitions=None if lab.quick else REPETITIONS)
     gpu_ms = {}
@@ -245,7 +254,28 @@ def shapes(lab) -> tuple[tuple[int, int, int], ...]:
     return TINY if lab.quick or not lab.cuda else SHAPES
 
 
+def wake_compile_workers() -> None:
+    """Start Inductor's Triton compile workers now, not at the first compile.
+
+    Compiling is most of this topic's time (eight compiles of a forward and a
+    backward graph, about 250 Triton kernels), and the workers take seconds to
+    start (10 s or more on an H200 host): a new
+    pool, or one quiesced after a minute without work (as after the topics
+    before this one), is not ready for the first compile, whose kernels then
+    wait or compile one by one in this process. Started here, the workers come
+    up while torchao loads and the float64 reference runs. The same pool and
+    kernels either way: only when they start changes.
+    """
+    try:
+        from torch._inductor.async_compile import maybe_warm_pool
+    except ImportError:  # another torch: the pool starts at the first compile, as before
+        return
+    maybe_warm_pool()
+
+
 def measure(lab) -> None:
+    if lab.cuda:
+        wake_compile_workers()
     _, _, version = torchao_float8()  # fails first, in one line, without torchao
     for tokens, d, h in shapes(lab):
         measure_shape(lab, tokens, d, h)
