@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import subprocess
 import time
 import types
@@ -813,3 +814,16 @@ def test_the_check_reads_every_chunk_and_both_parts_of_complex_numbers(monkeypat
     assert lab.check("complex", z, z.to(torch.complex128), tolerance=1e-6) < 1e-7
     with pytest.raises(harness.CheckFailed):
         lab.check("imaginary part", z + 1j, z.to(torch.complex128), tolerance=1e-3)
+
+
+def test_a_topic_keeps_inductors_compile_workers_for_the_next(monkeypatch):
+    """Inductor stops idle compile workers after a minute; the lab keeps them for later topics."""
+    import torch._inductor.config as inductor_config
+
+    from examples.lab import harness
+
+    monkeypatch.setattr(inductor_config, "quiesce_async_compile_pool", True)
+    monkeypatch.delenv("TORCHINDUCTOR_QUIESCE_ASYNC_COMPILE_POOL", raising=False)
+    harness.run_measurement(fake_topic("workers"), device=torch.device("cpu"), quick=True, command="test")
+    assert inductor_config.quiesce_async_compile_pool is False
+    assert os.environ["TORCHINDUCTOR_QUIESCE_ASYNC_COMPILE_POOL"] == "0"

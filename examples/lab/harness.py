@@ -377,6 +377,7 @@ def run_measurement(
     hashed = provenance.source_sha256(source)  # the code as it runs, not as it is when the record is written
     host_reference(device)  # once per run, before the first topic loads the GPU
     _fresh_allocator(device)
+    _keep_compile_workers()
     settings = global_settings()
     lab = Lab(device, quick=quick, on_case=on_case)
     started = _clock.monotonic()
@@ -399,6 +400,16 @@ def run_measurement(
     record = lab.record(topic=topic_of(module), source=source, command=command)
     run = record.run.model_copy(update={"wall_s": round(_clock.monotonic() - began, 2)})
     return record.model_copy(update={"run": run})
+
+
+def _keep_compile_workers() -> None:
+    """Keep Inductor's compile workers once started: by default it stops them after a
+    minute without compiling, and the next topic that compiles waits seconds for new ones.
+    No kernel or compiled code depends on it; only when the workers start does."""
+    os.environ.setdefault("TORCHINDUCTOR_QUIESCE_ASYNC_COMPILE_POOL", "0")  # read when Inductor loads
+    config = sys.modules.get("torch._inductor.config")
+    if config is not None and hasattr(config, "quiesce_async_compile_pool"):
+        config.quiesce_async_compile_pool = False
 
 
 def _fresh_allocator(device: torch.device) -> None:
