@@ -24,7 +24,8 @@ TOPICS = [topic_name(path) for path in example_files()]
 TIMEOUT_S = 300
 #: Examples whose own test module runs exactly this command (``python -m ... --quick
 #: --device cpu --json``) in a fixture and checks its record more closely: run once, there.
-RUN_BY_THEIR_OWN_TEST = {"ecosystem.fp8_training": ("tests.test_fp8_training", "quick_run")}
+RUN_BY_THEIR_OWN_TEST = {"ecosystem.fp8_training": ("tests.test_fp8_training", "quick_run"),
+                         "collectives.ddp_probe": ("tests.test_ddp_probe", "quick_run")}
 
 
 def test_there_are_examples():
