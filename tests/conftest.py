@@ -46,6 +46,24 @@ class Cli:
                 f"--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}")
 
     @classmethod
+    def quick_record(cls, topic: str, folder: Path, timeout: float = 180):
+        """``python -m examples.TOPIC --quick --device cpu --json``, as CI runs every example:
+        it must succeed and write a record of this topic, of a quick CPU run, naming its file.
+        Returns the process and the parsed record."""
+        from examples.lab.records import parse_record
+
+        out = Path(folder) / "record.json"
+        proc = cls.run("-m", f"examples.{topic}", "--quick", "--device", "cpu", "--json", out, timeout=timeout)
+        assert proc.returncode == 0, cls.explain(proc)
+        assert out.is_file(), f"--json {out} wrote nothing\n{cls.explain(proc)}"
+        record = parse_record(out.read_text(encoding="utf-8"), str(out))
+        assert record.topic == topic
+        assert record.machine.device == "cpu"
+        assert record.run.quick is True
+        assert record.source == f"examples/{topic.replace('.', '/')}.py"
+        return proc, record
+
+    @classmethod
     def one_line_error(cls, proc: subprocess.CompletedProcess, status: int = 2) -> str:
         """Assert a usage error's shape: ``status``, one line on stderr, no traceback; return the line."""
         assert proc.returncode == status, cls.explain(proc)

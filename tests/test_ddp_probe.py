@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from examples.collectives import ddp_probe as probe
-from examples.lab.records import parse_record
 
 
 TOPIC = "examples.collectives.ddp_probe"
@@ -19,18 +18,14 @@ TOPIC = "examples.collectives.ddp_probe"
 @pytest.fixture(scope="module")
 def quick_run(cli, tmp_path_factory):
     """The example's command line, once (test_runs_on_cpu leaves it to this module)."""
-    out = tmp_path_factory.mktemp("ddp_probe") / "record.json"
-    proc = cli.run("-m", TOPIC, "--quick", "--device", "cpu", "--json", out, timeout=300)
-    assert proc.returncode == 0, cli.explain(proc)
-    return parse_record(out.read_text(encoding="utf-8"), str(out))
+    _, record = cli.quick_record(TOPIC.removeprefix("examples."), tmp_path_factory.mktemp("ddp_probe"), timeout=300)
+    return record
 
 
 def test_record_on_gloo(quick_run):
     # No retry: ring_allreduce._rank_main frees the DDP models' reference cycles
     # and destroys the process group before a rank exits (the gloo teardown crash).
     record = quick_run
-    assert record.topic == "collectives.ddp_probe" and record.machine.device == "cpu"
-    assert record.run.quick is True and record.source == "examples/collectives/ddp_probe.py"
     assert record.checks and all(c.passed for c in record.checks)
     names = " | ".join(c.name for c in record.checks)
     assert "DDP gradients, rank 1 vs rank 0" in names

@@ -17,7 +17,6 @@ import math
 
 import pytest
 
-from examples.lab.records import parse_record
 from examples.lab.registry import example_files, topic_name
 
 TOPICS = [topic_name(path) for path in example_files()]
@@ -67,14 +66,7 @@ def test_runs_on_cpu(topic, tmp_path, cli):
             refused = cli.run("-m", f"examples.{topic}", "--quick", "--device", "cpu", timeout=TIMEOUT_S)
             assert "CUDA GPU" in cli.one_line_error(refused)
             return
-        proc = cli.run("-m", f"examples.{topic}", "--quick", "--device", "cpu", "--json", out, timeout=TIMEOUT_S)
-        assert proc.returncode == 0, cli.explain(proc)
-        assert out.is_file(), f"--json {out} wrote nothing\n{cli.explain(proc)}"
-        record = parse_record(out.read_text(encoding="utf-8"), str(out))
-        assert record.topic == topic
-        assert record.machine.device == "cpu"
-        assert record.run.quick is True
-        assert record.source == f"examples/{topic.replace('.', '/')}.py"
+        cli.quick_record(topic, tmp_path, timeout=TIMEOUT_S)
         return
 
     proc = cli.run("-m", f"examples.{topic}", *argv, timeout=TIMEOUT_S)

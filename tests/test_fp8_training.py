@@ -9,17 +9,13 @@ import pytest
 import torch
 
 from examples.ecosystem.fp8_training import RECIPES, TOLERANCE, SwiGLU, training_flops
-from examples.lab.records import parse_record
 
 TOPIC = "examples.ecosystem.fp8_training"
 
 
 @pytest.fixture(scope="module")
 def quick_run(cli, tmp_path_factory):
-    out = tmp_path_factory.mktemp("fp8_training") / "record.json"
-    proc = cli.run("-m", TOPIC, "--quick", "--device", "cpu", "--json", out, timeout=240)
-    assert proc.returncode == 0, cli.explain(proc)
-    return proc, parse_record(out.read_text(encoding="utf-8"), str(out))
+    return cli.quick_record(TOPIC.removeprefix("examples."), tmp_path_factory.mktemp("fp8_training"), timeout=240)
 
 
 def test_quick_cpu_record_has_every_recipe_checked_and_timed(quick_run):
