@@ -827,3 +827,47 @@ def test_a_topic_keeps_inductors_compile_workers_for_the_next(monkeypatch):
     harness.run_measurement(fake_topic("workers"), device=torch.device("cpu"), quick=True, command="test")
     assert inductor_config.quiesce_async_compile_pool is False
     assert os.environ["TORCHINDUCTOR_QUIESCE_ASYNC_COMPILE_POOL"] == "0"
+
+
+def test_kernel_timer_cuts_the_profiled_schedule_by_each_calls_gpu_work(monkeypatch):
+    """The 'kernel' timer profiles each call alone to count its GPU operations,
+    then cuts one profiled schedule by those counts: a flush before each sample
+    is dropped, and each sample is its own operations' durations over ``inner``."""
+    from examples.lab import timing
+
+    ops = {"flush": [7_000], "a": [1_000, 2_000], "b": [5_000]}  # ns per GPU operation
+    ran: list[int] = []
+
+    class Flush:
+        def __init__(self, device):
+            pass
+
+        def __call__(self):
+            ran.extend(ops["flush"])
+
+    def events(work):
+        ran.clear()
+        work()
+        return [(i, d) for i, d in enumerate(ran)]
+
+    monkeypatch.setattr(timing, "L2Flusher", Flush)
+    monkeypatch.setattr(timing, "_gpu_events", events)
+    fns = {"a": lambda: ran.extend(ops["a"]), "b": lambda: ran.extend(ops["b"])}
+    samples = timing.measure_kernels(fns, device=torch.device("cuda"), rounds=[["a", "b"], ["b", "a"]],
+                                     inner=2, flush_l2=True)
+    assert samples == {"a": [3e-6, 3e-6], "b": [5e-6, 5e-6]}
+
+    uneven = iter([[1], [1, 1], [1, 1, 1, 1, 1]])  # a call that ran more the second time
+    fns = {"a": lambda: ran.extend(next(uneven))}
+    with pytest.raises(RuntimeError, match="not the same GPU work every call"):
+        timing.measure_kernels(fns, device=torch.device("cuda"), rounds=[["a"], ["a"]])
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        timing.measure_kernels(fns, device=torch.device("cpu"), rounds=[["a"]])
+
+
+def test_kernel_timer_falls_back_to_the_host_clock_without_a_gpu():
+    from examples.lab.harness import Lab
+
+    lab = Lab(torch.device("cpu"), quick=True)
+    result = lab.time(lambda: torch.ones(4).sum(), case={"n": 4}, timer="kernel", repetitions=3, warmup=1)
+    assert result.method == "host_sync"

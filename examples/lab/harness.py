@@ -107,12 +107,13 @@ class Lab:
         """Time ``fn`` under ``case`` and keep the result as ``metric`` (time per call)."""
         if unit not in TIME_UNITS:
             raise ValueError(f"unit {unit!r} is not a time unit ({', '.join(TIME_UNITS)})")
+        timer = self._timer(timer)
         self._on_case(_describe(case, metric))
         began = _clock.monotonic()
         samples = timing.measure(
             fn,
             device=self.device,
-            timer=timer or self.timer,
+            timer=timer,
             warmup=self.warmup if warmup is None else warmup,
             repetitions=self.repetitions if repetitions is None else repetitions,
             inner=inner,
@@ -123,7 +124,7 @@ class Lab:
         self._traced(began, ended, _describe(case, metric))
         self.load.window(began, ended)
         scale = TIME_UNITS[unit]
-        result = summarize([s * scale for s in samples], unit=unit, method=timer or self.timer)
+        result = summarize([s * scale for s in samples], unit=unit, method=timer)
         result = result.model_copy(update={
             "warmup": self.warmup if warmup is None else warmup, "inner": inner,
         })
@@ -162,7 +163,7 @@ class Lab:
             raise ValueError(f"unit {unit!r} is not a time unit")
         if baseline is not None and baseline not in variants:
             raise ValueError(f"baseline {baseline!r} is not a variant")
-        timer = timer or self.timer
+        timer = self._timer(timer)
         warmup = self.warmup if warmup is None else warmup
         runs = self.repetitions if repetitions is None else repetitions
         described = _describe(case, metric) + " · " + " vs ".join(variants)
@@ -193,6 +194,13 @@ class Lab:
                     method=f"paired ratio {baseline} / {name}, {method}"))
         return results
     # --8<-- [end:compare]
+
+    def _timer(self, timer: str | None) -> str:
+        """The timer asked for, or the run's; ``"kernel"`` (the GPU's own
+        durations) means the host clock where there is no GPU to ask."""
+        if timer == "kernel" and not self.cuda:
+            return "host_sync"
+        return timer or self.timer
 
     def _traced(self, began: float, ended: float, description: str) -> None:
         if self._trace:

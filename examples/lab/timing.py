@@ -12,7 +12,14 @@ from typing import Any
 
 import torch
 
-TIMERS = ("cuda_event", "host_sync", "do_bench")
+TIMERS = ("cuda_event", "host_sync", "do_bench", "kernel")
+#: What each timer's samples are, in words (a record's ``method`` names the timer).
+TIMER_MEANING = {
+    "cuda_event": "device events around the calls (host enqueue time of the first call included)",
+    "host_sync": "host clock between two device synchronizations",
+    "do_bench": "triton.testing.do_bench (events, L2 cleared between calls)",
+    "kernel": "the GPU's own durations of the calls' kernels and copies (CUPTI), summed per call",
+}
 
 
 def _synchronize(device: torch.device) -> None:
@@ -95,6 +102,11 @@ def measure(
 
     if timer == "do_bench":
         return _do_bench(call, inner=inner, flush_l2=flush_l2)
+    if timer == "kernel":
+        for _ in range(warmup):
+            call()
+        return measure_kernels({"": lambda: call()}, device=device, rounds=[[""]] * repetitions,
+                               inner=inner, flush_l2=flush_l2)[""]
 
     # --8<-- [start:loop]
     flush = L2Flusher(device) if flush_l2 else None
@@ -158,9 +170,9 @@ def measure_interleaved(
     ``before(name)``, if given, runs untimed before every warm-up call and every sample
     of that variant, and the device is idle when each sample starts.
     """
-    if timer not in ("cuda_event", "host_sync"):
-        raise ValueError(f"interleaved timing takes 'cuda_event' or 'host_sync', not {timer!r}")
-    if timer == "cuda_event" and device.type != "cuda":
+    if timer not in ("cuda_event", "host_sync", "kernel"):
+        raise ValueError(f"interleaved timing takes 'cuda_event', 'host_sync' or 'kernel', not {timer!r}")
+    if timer != "host_sync" and device.type != "cuda":
         raise ValueError(f"timer 'cuda_event' needs a CUDA device; use 'host_sync' on {device.type}")
     arguments = list(inputs) if inputs else [()]
     calls = dict.fromkeys(fns, 0)
@@ -176,6 +188,13 @@ def measure_interleaved(
                 before(name)
             call(name)
     _synchronize(device)
+
+    if timer == "kernel":
+        if before is not None:  # its GPU work would be summed into the samples
+            raise ValueError("timer 'kernel' takes no 'before'")
+        return measure_kernels({name: (lambda name=name: call(name)) for name in names}, device=device,
+                               rounds=[round_order(names, r) for r in range(repetitions)],
+                               inner=inner, flush_l2=flush_l2)
 
     flush = L2Flusher(device) if flush_l2 else None
     samples: dict[str, list[float]] = {name: [] for name in names}
@@ -211,6 +230,76 @@ def measure_rounds(
     timer = "cuda_event" if device.type == "cuda" else "host_sync"
     return measure_interleaved(fns, device=device, timer=timer, warmup=warmup,
                                repetitions=repetitions, inner=inner, before=before)
+
+
+# --8<-- [start:kernel]
+def _gpu_events(work: Callable[[], None]) -> list[tuple[int, int]]:
+    """(start, duration) in ns of every GPU operation ``work`` ran (kernels,
+    copies, fills), in start order, read from the profiler's raw events."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        work()
+        torch.cuda.synchronize()
+    return sorted((e.start_ns(), e.duration_ns()) for e in prof.profiler.kineto_results.events()
+                  if e.device_type() == DeviceType.CUDA
+                  and not getattr(e, "is_hidden_event", lambda: False)())
+
+
+def measure_kernels(
+    fns: dict[str, Callable[[], None]],
+    *,
+    device: torch.device,
+    rounds: Sequence[Sequence[str]],
+    inner: int = 1,
+    flush_l2: bool = False,
+) -> dict[str, list[float]]:
+    """Seconds per call by the GPU's own clock: for each name in each round,
+    ``inner`` calls of ``fns[name]``, and the sample is the sum of the
+    durations of the GPU operations they ran, divided by ``inner``.
+
+    The host's share of a call (Python, dispatch, the launch) is left out,
+    and so are the gaps between kernels: what is left is what the GPU spent
+    on the call. Each function must run the same GPU operations every call;
+    it is profiled once alone to count them, and the whole schedule is then
+    profiled in one session and cut by those counts (an L2 flush, if asked,
+    before each sample, is cut away the same way).
+    """
+    if device.type != "cuda":
+        raise ValueError("timer 'kernel' needs a CUDA device; use 'host_sync' on "
+                         f"{device.type}")
+    flush = L2Flusher(device) if flush_l2 else None
+    flush_ops = len(_gpu_events(flush)) if flush else 0
+    per_call = {name: len(_gpu_events(fn)) for name, fn in fns.items()}
+    for name, count in per_call.items():
+        if count == 0:
+            raise RuntimeError(f"timer 'kernel': {name or 'the call'} ran nothing on the GPU")
+
+    def schedule() -> None:
+        for names in rounds:
+            for name in names:
+                if flush:
+                    flush()
+                for _ in range(inner):
+                    fns[name]()
+
+    events = _gpu_events(schedule)
+    expected = sum(flush_ops + inner * per_call[name] for names in rounds for name in names)
+    if len(events) != expected:
+        raise RuntimeError(f"timer 'kernel': {len(events)} GPU operations where the calls alone "
+                           f"ran {expected}: not the same GPU work every call")
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    at = 0
+    for names in rounds:
+        for name in names:
+            at += flush_ops
+            ops = inner * per_call[name]
+            samples[name].append(sum(d for _, d in events[at:at + ops]) / 1e9 / inner)
+            at += ops
+    return samples
+# --8<-- [end:kernel]
 
 
 def _do_bench(call: Callable[[], None], *, inner: int, flush_l2: bool) -> list[float]:
