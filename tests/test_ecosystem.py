@@ -1,6 +1,8 @@
 """Chapter 7: FFT convolution, 2:4 pruning, FP8 scaling, the C++ custom op."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -58,7 +60,7 @@ def test_fresh_thread_reraises_and_returns():
 def test_cpp_op_is_silu_and_passes_opcheck():
     from examples.ecosystem.custom_op import build_extension
 
-    build_extension(cuda=False)  # cached in the temp folder after the first build
+    build_extension(cuda=False)  # cached in torch's build folder after the first build
     x = torch.randn(1000, requires_grad=True)
     torch.testing.assert_close(torch.ops.book_ext.swish(x), F.silu(x))
     torch.library.opcheck(torch.ops.book_ext.swish, (x,))
@@ -67,6 +69,17 @@ def test_cpp_op_is_silu_and_passes_opcheck():
     torch.testing.assert_close(g, g_ref)
     with pytest.raises(RuntimeError, match="float32 only"):
         torch.ops.book_ext.swish(torch.randn(3, dtype=torch.float64))
+
+
+def test_the_build_folder_follows_torch_extensions_dir(monkeypatch, tmp_path):
+    from torch.utils.cpp_extension import get_default_build_root
+
+    from examples.ecosystem.custom_op import build_folder
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # what the lab runner does per run
+    assert build_folder("book_swish_x") == tmp_path / "book_swish_x"
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR")  # a reader's own runs share torch's cache
+    assert build_folder("book_swish_x").parent == Path(get_default_build_root())
 
 
 def test_fp8_recipes_are_exact_on_representable_values_and_order_as_the_outliers_say():
