@@ -108,3 +108,27 @@ def test_triton_compiles_tensor_core_instructions_without_a_gpu(arch, ptx, sass)
     assert any(name.startswith(ptx) for name in found["ptx"]), found
     if not found["sass"][0].startswith("unavailable"):
         assert any(name.startswith(sass) for name in found["sass"]), found
+
+
+def test_split_trace_keeps_ops_api_calls_and_gpu_operations_apart():
+    from examples.stack.matmul_kernel import split_trace
+
+    # the events of one warmed 8192^2 bf16 product on an H200, as recorded
+    trace = [("CPU", "aten::matmul"), ("CPU", "aten::mm"), ("CPU", "Activity Buffer Request"),
+             ("CPU", "cudaMemsetAsync"), ("CPU", "cuLaunchKernelEx"),
+             ("CPU", "cudaDeviceSynchronize"), ("GPU", "Memset (Device)"),
+             ("GPU", "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT")]
+    assert split_trace(trace) == {
+        "aten": ["aten::matmul", "aten::mm"],
+        "api": ["cudaMemsetAsync", "cuLaunchKernelEx"],  # the tracer's own wait left out
+        "gpu": ["Memset (Device)", "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT"],
+    }
+
+
+def test_split_trace_of_a_cpu_product_has_ops_only():
+    from examples.stack.matmul_kernel import kernels_of, split_trace
+
+    x = torch.randn(32, 32)
+    kinds = split_trace(kernels_of(lambda: x @ x))
+    assert "aten::mm" in kinds["aten"]
+    assert kinds["api"] == [] and kinds["gpu"] == []

@@ -2,8 +2,10 @@
 
 Each case adds one layer to the one before: a Python call, a call across the
 binding into C++, a trip through the dispatcher that makes a new tensor
-header but runs no kernel (``detach``), a real CPU kernel, a CUDA launch, and a cuBLAS
-matrix product (the library picks an algorithm, then launches). Every case is
+header but runs no kernel (``detach``), a real CPU kernel, a bare CUDA launch
+(no dispatcher, no tensor), a whole CUDA op (the same add, on the GPU: dispatcher,
+TensorIterator, allocator and launch), and a cuBLAS matrix product (the library
+picks an algorithm, then launches). Every case is
 timed as the average of many back-to-back calls on a host clock, which is the
 CPU-side cost: the GPU runs the tiny kernels faster than the CPU issues them.
 """
@@ -33,8 +35,16 @@ def layers(device: torch.device) -> dict[str, tuple]:
     if device.type == "cuda":
         g = torch.randn(4, device=device)
         a = torch.randn(16, 16, device=device)
-        cases["6 CUDA launch (add, 4 floats)"] = (torch.add, (g, g))
-        cases["7 cuBLAS matmul (16x16)"] = (torch.mm, (a, a))
+        # A launch and nothing else: torch.cuda._sleep is a Python function
+        # around a C method of torch._C that releases the GIL, gets the
+        # current stream and launches ATen's one-thread spin_kernel
+        # (aten/src/ATen/cuda/Sleep.cu), then checks cudaGetLastError. No
+        # dispatcher, no tensor, no allocator; with 0 cycles the kernel
+        # exits at once, so the GPU keeps pace with the host.
+        cases["6 bare CUDA launch (torch.cuda._sleep(0))"] = (
+            torch.cuda._sleep, (0,))
+        cases["7 CUDA op (add, 4 floats)"] = (torch.add, (g, g))
+        cases["8 cuBLAS matmul (16x16)"] = (torch.mm, (a, a))
     return cases
 
 
@@ -50,9 +60,18 @@ def measure(lab) -> None:
     m = cases["5 CPU matmul (16x16, BLAS)"][1][0]
     lab.check("mm", torch.mm(m, m), m.double() @ m.double(), tolerance=1e-5)
     if lab.cuda:
-        a = cases["7 cuBLAS matmul (16x16)"][1][0]
+        a = cases["8 cuBLAS matmul (16x16)"][1][0]
         lab.check("cuBLAS mm", torch.mm(a, a), a.double() @ a.double(),
                   tolerance=1e-2)  # TF32 may be on
+        # What the GPU ran for each CUDA rung: the page says the bare
+        # launch is one kernel and nothing else, and the record shows it.
+        from examples.lab.kernels import kernel_names
+
+        for name in list(cases)[-3:]:
+            fn, args = cases[name]
+            names = kernel_names(lambda fn=fn, args=args: fn(*args), width=60)
+            lab.note(f"GPU operations of {name[2:]}",
+                     ", ".join(names) if isinstance(names, list) else names)
     for name, (fn, args) in cases.items():
         lab.time(
             lambda fn=fn, args=args: fn(*args),

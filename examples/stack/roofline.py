@@ -19,8 +19,8 @@ import time
 import torch
 
 from examples.compile.fusion import interleaved
-from examples.lab.timing import L2Flusher
-from examples.measuring.cpu_bound_trap import checked_elements, kernel_durations
+from examples.lab.kernels import kernel_names
+from examples.measuring.cpu_bound_trap import checked_elements
 from examples.stack.roofline_model import ridge_point
 
 
@@ -72,15 +72,13 @@ def sm_clocks_during(fn, calls: int, index: int):
 
 
 def timed(lab, fn, case, nbytes, flops=0.0):
-    """Time ``fn`` cold (L2 flushed; on a GPU by its kernels' own duration)
-    and keep its bandwidth and, if it computes, its rate."""
-    t = lab.time(fn, case=case, metric="time", flush_l2=True)
-    if lab.cuda:  # short kernels: their own duration, not the launch
-        t = lab.keep_samples(
-            kernel_durations(fn, lab.repetitions,
-                             between=L2Flusher(lab.device)),
-            case=case, metric="kernel", unit="us",
-            method="CUPTI kernel duration, L2 flushed")
+    """Time ``fn`` cold (L2 flushed before each call) by the GPU's own
+    durations of the operations it ran, and keep its bandwidth and, if it
+    computes, its rate. A 256-cubed GEMM runs for about 3 us: events around
+    one call would time the host's launch more than the kernel (they read
+    5 to 25 times the kernel's duration, and moved 2-3x between runs)."""
+    t = lab.time(fn, case=case, metric="kernel", timer="kernel",
+                 flush_l2=True)
     return keep_rates(lab, case, t, nbytes, flops)
 
 
@@ -131,16 +129,22 @@ def measure(lab) -> None:
     over_copy = {op: (cases[op], "over_copy",
                       work_of[op][1] / work_of["copy"][1])
                  for op in ("add", "sum")}
+    # On a GPU, timed by the operations' own durations (CUPTI): the streams
+    # are about the memory system, not the launch.
     times, _ = interleaved(lab, calls,
-                           {op: (cases[op], "time") for op in calls},
-                           flush_l2=True,
-                           **({} if lab.cuda else
-                              {"baseline": "copy", "ratios": over_copy}))
-    if lab.cuda:  # short kernels: their own duration, not the launch
-        times, _ = interleaved(lab, calls,
-                               {op: (cases[op], "kernel") for op in calls},
-                               baseline="copy", ratios=over_copy,
-                               kernels=True, flush_l2=True)
+                           {op: (cases[op], "kernel" if lab.cuda else "time")
+                            for op in calls},
+                           baseline="copy", ratios=over_copy,
+                           kernels=True, flush_l2=True)
+    if lab.cuda:
+        # The three streams are three different GPU operations, not one
+        # kernel: a same-dtype contiguous copy_ is the driver's copy
+        # (cudaMemcpyAsync), the add ATen's elementwise kernel, the sum its
+        # reduction. The record names each, so the page can say which.
+        for op, fn in calls.items():
+            names = kernel_names(fn)
+            lab.note(f"GPU operations of the {op}",
+                     ", ".join(names) if isinstance(names, list) else names)
     for op, t in times.items():
         flops, nbytes = work_of[op]
         points.append((cases[op], *keep_rates(lab, cases[op], t, nbytes,
@@ -195,16 +199,16 @@ def measure(lab) -> None:
 # --8<-- [start:sustain]
 def sustain(lab, fn, n: int, elem: int) -> float:
     """The compute roof: ``fn`` (an n-cubed GEMM) back to back, no flush,
-    for over a second, right after the same GEMM's own point (some two
-    seconds of it), with the SM clock read during it. The harness also keeps
+    for over a second, right after the same GEMM's own point (over a
+    second of it), with the SM clock read during it. The harness also keeps
     the clocks and power of the timed window."""
     flops, nbytes = work("gemm", n, elem)
     case = {"op": "sustained", "n": n, "intensity": round(flops / nbytes, 3)}
     quick = lab.quick or not lab.cuda
     # The board is at its power limit already: the point just timed ran
-    # this GEMM some 150 times (its SM clock was the sustained one). So a
-    # short warm-up, and 4 calls a sample: 80 calls of ~13 ms, over a
-    # second, in the same 20 samples.
+    # this GEMM some 85 times, over a second (its SM clock was the
+    # sustained one). So a short warm-up, and 4 calls a sample: 80 calls of
+    # ~13 ms, over a second, in the same 20 samples.
     t = lab.time(fn, case=case, metric="time", inner=2 if quick else 4,
                  warmup=3 if quick else 10,
                  repetitions=5 if quick else 20)
