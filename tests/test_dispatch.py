@@ -96,3 +96,69 @@ def test_budget_cli_json(cli):
     proc = cli.run("-m", "examples.dispatch.budget", "--ops", "600", "--cpu-us", "8", "--gpu-us", "3", "--json")
     assert proc.returncode == 0, cli.explain(proc)
     assert json.loads(proc.stdout)["bound"] == "CPU"
+
+
+def test_a_dispatch_mode_sees_composites_whole_only_under_inference_mode():
+    # Under no_grad the Autograd key is still visited, and linear (a
+    # CompositeImplicitAutograd op) decomposes there, above the mode's Python
+    # key; inference_mode removes Autograd, so the mode is reached first.
+    a, w, b = torch.randn(8, 3), torch.randn(4, 3), torch.randn(4)
+    linear = lambda: torch.nn.functional.linear(a, w, b)  # noqa: E731
+    with torch.no_grad():
+        assert log_ops(linear) == ["aten.t.default", "aten.addmm.default"]
+    with torch.inference_mode():
+        assert log_ops(linear) == ["aten.linear.default"]
+
+
+def test_the_layer_counted_in_both_grad_modes():
+    from examples.dispatch.kernel_count import DecoderLayer
+
+    layer = DecoderLayer(64, 4, 16, "cpu", torch.float32)
+    x = torch.randn(1, 1, 64)
+    with torch.no_grad():
+        below = log_ops(lambda: layer(x, 3))
+    with torch.inference_mode():
+        whole = log_ops(lambda: layer(x, 3))
+    assert whole.count("aten.linear.default") == 4 and "aten.rms_norm.default" in whole
+    assert "aten.scaled_dot_product_attention.default" in whole
+    assert "aten.linear.default" not in below and below.count("aten.mm.default") == 4
+    assert "aten.scaled_dot_product_attention.default" not in below
+    assert len(below) > len(whole)
+
+
+def test_key_priority_is_the_installed_torch_s_and_has_no_dtype():
+    from examples.dispatch.dispatch_keys import LESSON_KEYS, priority_order
+
+    order = priority_order(LESSON_KEYS).split(", ")
+    # autocast casts first, then autograd records the node on the cast inputs
+    assert order.index("AutocastCUDA") < order.index("AutogradCUDA") < order.index("ADInplaceOrView")
+    assert order.index("ADInplaceOrView") < order.index("Functionalize") < order.index("Python")
+    assert order[0] == "FuncTorchBatched" and order[-1] == "CUDA"
+    # dtype is not a dispatch key: a half, a float and an int tensor carry the same keys
+    assert keys(torch.randn(2)) == keys(torch.randn(2).half()) == keys(torch.arange(2))
+
+
+def test_the_lesson_s_sync_rows_and_their_control():
+    step, x = make_step(2, 8, 2, torch.device("cpu"), torch.float32)
+    y, loss = step(x)
+    points = sync_points(io.StringIO())
+    counts = {name: count_transfers(points[name], loss, y)["aten_ops"] for name in points}
+    assert counts["x.shape"] == 0  # metadata: no op at all
+    # float() and int() of a one-element tensor are .item(): one copy to the host
+    assert counts["float(loss)"] == counts[".item()"]
+    assert count_transfers(lambda loss, y: int(loss), loss, y)["aten_ops"] == counts[".item()"]
+    # a CPU tensor is already on the host: only the GPU makes these copy
+    for name in (".tolist()", ".cpu().numpy()", ".unique()"):
+        assert counts[name] >= 1, name
+
+
+@pytest.mark.needs_cuda
+def test_an_eager_step_queues_kernels_without_waiting():
+    from examples.dispatch.kernel_count import DecoderLayer, count_kernels
+
+    layer = DecoderLayer(256, 4, 32, "cuda", torch.bfloat16)
+    x = torch.randn(1, 1, 256, device="cuda", dtype=torch.bfloat16)
+    with torch.inference_mode():
+        layer(x, 3)
+        kernels, waits = count_kernels(lambda: layer(x, 3))
+    assert kernels >= 20 and waits == 0

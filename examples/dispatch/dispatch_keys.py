@@ -29,7 +29,23 @@ def thread_keys() -> str:
     return text.replace("DispatchKeySet", "")
 
 
+def priority_order(names: list[str]) -> str:
+    """``names`` of dispatch keys, in the order the dispatcher visits them.
+
+    The order is the installed PyTorch's own: a key set lists its keys from
+    the lowest priority to the highest, so the set of every key is the table.
+    """
+    full = str(torch._C._dispatch_keyset_full()).removeprefix("DispatchKeySet(")
+    rank = {name: i for i, name in enumerate(full.rstrip(")").split(", "))}
+    return ", ".join(sorted(names, key=lambda name: -rank[name]))
+
+
 # --8<-- [end:keys]
+
+#: The keys the book's source lesson orders (Vmap is FuncTorchBatched today),
+#: with the two a TorchDispatchMode and a tensor's backend add.
+LESSON_KEYS = ["Functionalize", "AutogradCUDA", "AutocastCUDA", "FuncTorchBatched",
+               "ADInplaceOrView", "Python", "CUDA"]
 
 
 def observations(device: str) -> dict[str, str]:
@@ -57,6 +73,7 @@ def measure(lab) -> None:
     lab.note("dtype of x @ x under autocast", str(y.dtype))
     lab.check("x @ x under autocast", y.float(), x.double() @ x.double(),
               tolerance=2e-2)
+    lab.note("priority order of the keys, highest first", priority_order(LESSON_KEYS))
     for device in ["cpu"] + (["cuda"] if lab.cuda else []):
         for key, value in observations(device).items():
             lab.note(key if key.startswith(device) else f"{key} [{device}]",

@@ -3,8 +3,17 @@
 A Llama-style decoder layer (RMSNorm, attention with rotary embeddings and a
 KV cache, a SwiGLU MLP) written in plain PyTorch runs one decode step: one
 new token at batch size 1. The profiler counts the CUDA kernels of the step
-and the op logger counts the ATen ops that reached a backend; both are divided
-by the number of layers. On a CPU only the ATen ops are counted.
+and the host's waits for the GPU during it; the op logger counts ATen ops; all
+are divided by the number of layers. On a CPU only the ATen ops are counted.
+
+What a ``TorchDispatchMode`` sees depends on the grad mode, and the two counts
+say why. The mode runs at the ``Python`` key, below ``Autograd``. Under
+``no_grad`` the tensors' ``Autograd`` key is still visited, and a
+CompositeImplicitAutograd op (``linear``, ``rms_norm``, SDPA) decomposes
+there, above the mode: the mode sees the ops that reach a backend kernel.
+``inference_mode`` takes ``Autograd`` and ``ADInplaceOrView`` out of the
+thread's keys, so the first kernel reached is the mode's: it sees each call as
+written, and the composite decomposes below it, unseen.
 """
 
 from __future__ import annotations
@@ -58,14 +67,31 @@ class DecoderLayer(torch.nn.Module):
 # --8<-- [end:layer]
 
 
-def count_kernels(fn) -> int:
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+#: Runtime calls that block the host until the GPU has done something.
+WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+         "cudaMemcpy")
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA)
+
+def count_kernels(fn) -> tuple[int, int]:
+    """The GPU operations ``fn`` queues, and the host's waits for the GPU in it."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with record_function("the step"):
+            fn()
+        torch.cuda.synchronize()  # so the last kernels are recorded; outside "the step"
+    events = prof.events()
+    # The annotation is mirrored on the GPU's timeline: not an operation.
+    kernels = sum(1 for e in events if e.device_type == DeviceType.CUDA
+                  and e.name != "the step")
+    step = next(e for e in events if e.name == "the step"
+                and e.device_type == DeviceType.CPU)
+    # CUPTI may suffix runtime calls with a version: cudaMemcpy_v3020
+    waits = sum(1 for e in events if e.device_type == DeviceType.CPU
+                and e.name.split("_v")[0] in WAITS
+                and step.time_range.start <= e.time_range.start <= step.time_range.end)
+    return kernels, waits
 
 
 def measure(lab) -> None:
@@ -77,12 +103,13 @@ def measure(lab) -> None:
     x = torch.randn(1, 1, hidden, device=lab.device, dtype=dtype)
     pos = context // 2
 
-    @torch.inference_mode()
-    def step():
+    def forward():
         h = x
         for layer in model:
             h = layer(h, pos)
         return h
+
+    step = torch.inference_mode()(forward)  # how a decode loop runs it
 
     # Correct first: the cached attention equals attention over the prefix.
     with torch.inference_mode():
@@ -99,17 +126,26 @@ def measure(lab) -> None:
     step()
     lab.synchronize()
     case = {"hidden": hidden, "layers": layers}
-    ops = log_ops(step)
-    lab.value(case=case, metric="aten_ops_per_layer", value=len(ops) / layers,
-              unit="")
+    # The same step logged in both grad modes (see the docstring): under
+    # no_grad the ops that reach a backend kernel, under inference_mode the
+    # calls as written, composites whole.
+    counted = {"no_grad": torch.no_grad()(forward), "inference_mode": step}
+    for grad_mode, fn in counted.items():
+        ops = log_ops(fn)
+        lab.value(case={**case, "grad_mode": grad_mode},
+                  metric="aten_ops_per_layer", value=len(ops) / layers, unit="")
+        names: dict[str, int] = {}
+        for name in ops[: len(ops) // layers]:
+            names[name] = names.get(name, 0) + 1
+        lab.note(f"ATen ops of one layer, seen by a dispatch mode under {grad_mode}",
+                 ", ".join(f"{n} x{c}" for n, c in names.items()))
     if lab.cuda:
-        lab.value(case=case, metric="kernels_per_layer",
-                  value=count_kernels(step) / layers, unit="")
-    names: dict[str, int] = {}
-    for name in ops[: len(ops) // layers]:
-        names[name] = names.get(name, 0) + 1
-    lab.note("ATen ops of one layer",
-             ", ".join(f"{n} x{c}" for n, c in names.items()))
+        kernels, waits = count_kernels(step)
+        lab.value(case=case, metric="kernels_per_layer", value=kernels / layers,
+                  unit="")
+        # Eager is not "dispatch, kernel, sync" per op: the launches are
+        # asynchronous, and one step of them makes the host wait this often.
+        lab.value(case=case, metric="host_waits_per_step", value=waits, unit="")
     lab.time(step, case=case, metric="step", unit="us")
 
 

@@ -2,9 +2,11 @@
 
 A GPU loop runs fast when the CPU queues the next step's kernels while the GPU
 still works on this one. Anything that needs a value on the host (``.item()``,
-``.cpu()``, ``print`` of a tensor, ``nonzero`` whose output size depends on the
+``float()``, ``.cpu()``, ``.numpy()``, ``.tolist()``, ``print`` of a tensor,
+``torch.save``, ``nonzero`` and ``unique`` whose output size depends on the
 data, an ``if`` on a tensor) makes the CPU wait for the GPU to drain, every
-iteration. The example times a loop with and without each one, on a small
+iteration; reading ``x.shape`` (metadata, kept on the host) is the control
+that does not. The example times a loop with and without each one, on a small
 (launch-bound) and a large (GPU-bound) step, and on a tiny one (one layer),
 all the loops of a step interleaved in rounds (``Lab.compare``) so that each
 slowdown is a ratio of two loops timed side by side; it runs each under
@@ -27,11 +29,17 @@ def sync_points(sink: io.StringIO) -> dict:
     """Each sync point as a function of the step's loss and output."""
     return {
         "none": lambda loss, y: None,
+        "x.shape": lambda loss, y: y.shape[-1],  # metadata: no sync
         ".item()": lambda loss, y: loss.item(),
+        "float(loss)": lambda loss, y: float(loss),
         ".cpu()": lambda loss, y: y[0].cpu(),
+        ".cpu().numpy()": lambda loss, y: y[0].cpu().numpy(),
+        ".tolist()": lambda loss, y: y[0].tolist(),
         "print(loss)": lambda loss, y: print(loss, file=sink),
         "print(loss.item())": lambda loss, y: print(loss.item(), file=sink),
+        "torch.save": lambda loss, y: torch.save(loss, io.BytesIO()),
         "nonzero": lambda loss, y: torch.nonzero(y[0] > 0),
+        ".unique()": lambda loss, y: (y[0] > 0).unique(),
         "if loss > 0": lambda loss, y: 1 if loss > 0 else 0,
     }
 
