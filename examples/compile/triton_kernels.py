@@ -4,10 +4,12 @@ Each is checked against torch, then timed against torch's own kernel (for the
 matmul: cuBLAS) across sizes, the two in alternating rounds (A B, B A, ...)
 so that neither runs on a cooler or faster-clocked GPU than the other; each
 ratio is the median of the ratios of one round. On a GPU the comparison is by
-kernel duration from the profiler (CUPTI), so that the host's share of a call
-(the autotuner's cache look-up and Triton's launcher, or ATen's dispatch)
-does not enter it. The matmuls are also timed one call alone with events
-(``time_one_call``), a figure that includes that host time.
+kernel duration from the profiler (CUPTI, the harness's ``timer="kernel"``) at
+every size, so that the host's share of a call (the autotuner's cache look-up
+and Triton's launcher, or ATen's dispatch) does not enter it: at 512 and 1024
+the products take microseconds, and events around one call time mostly the
+host, whose speed varies from run to run. The matmuls are also timed one call
+alone with events (``time_one_call``), a figure that includes that host time.
 
 Without a GPU the kernels run on the CPU through Triton's interpreter, which
 must be switched on before ``@triton.jit`` runs, so this module sets
@@ -273,28 +275,34 @@ def measure(lab) -> None:
         del a, b
 
 
+# --8<-- [start:versus]
 def versus(lab, calls, case, *, baseline, nbytes=None, flops=None,
            ratio="speedup"):
-    """Time ``calls`` (provider -> fn) in interleaved rounds by their
-    kernels' own duration (``kernel_time``); keep each one's bandwidth or
-    rate, and as ``ratio`` the paired ratio of the baseline's time over the
-    other's: the other's rate as a fraction of the baseline's."""
-    from examples.compile.fusion import interleaved
+    """Time ``calls`` (provider -> fn) against each other in interleaved
+    rounds (``lab.compare``) by the GPU's own durations of their kernels
+    (``timer="kernel"``: the profiler's, summed per call; the host clock
+    on a CPU), kept as ``kernel_time``; keep each one's bandwidth or rate,
+    and as ``ratio`` the paired ratio of the baseline's time over the
+    other's: the other's rate as a fraction of the baseline's.
 
-    rows = {name: (case | {"provider": name}, "kernel_time")
-            for name in calls}
-    times, _ = interleaved(
-        lab, calls, rows, baseline=baseline, kernels=True,
-        ratios={name: (rows[name][0], ratio, 1.0)
-                for name in calls if name != baseline})
+    Each call must run the same GPU work every time, which the kernel
+    timer checks: the autotuner's first call of a size (which benchmarks
+    every configuration) has run before, in the correctness check, and
+    ``lab.compare`` warms every variant up before it counts a call's
+    kernels."""
+    times = lab.compare(calls, case=case, key="provider", metric="kernel_time",
+                        baseline=baseline, speedup_metric=ratio,
+                        timer="kernel")
     for name, t in times.items():
+        row = case | {"provider": name}
         if nbytes is not None:
-            lab.value(case=rows[name][0], metric="bandwidth", unit="GB/s",
+            lab.value(case=row, metric="bandwidth", unit="GB/s",
                       value=nbytes / t.median / 1e3)
         if flops is not None:
-            lab.value(case=rows[name][0], metric="rate", unit="TFLOP/s",
+            lab.value(case=row, metric="rate", unit="TFLOP/s",
                       value=flops / t.median / 1e6)
     return times
+# --8<-- [end:versus]
 
 
 def main(argv=None) -> int:
