@@ -29,6 +29,10 @@ def thread_keys() -> str:
     return text.replace("DispatchKeySet", "")
 
 
+# --8<-- [end:keys]
+
+
+# --8<-- [start:order]
 def priority_order(names: list[str]) -> str:
     """``names`` of dispatch keys, in the order the dispatcher visits them.
 
@@ -40,7 +44,7 @@ def priority_order(names: list[str]) -> str:
     return ", ".join(sorted(names, key=lambda name: -rank[name]))
 
 
-# --8<-- [end:keys]
+# --8<-- [end:order]
 
 #: The keys the book's source lesson orders (Vmap is FuncTorchBatched today),
 #: with the two a TorchDispatchMode and a tensor's backend add.

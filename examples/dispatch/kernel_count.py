@@ -126,6 +126,7 @@ def measure(lab) -> None:
     step()
     lab.synchronize()
     case = {"hidden": hidden, "layers": layers}
+    # --8<-- [start:counted]
     # The same step logged in both grad modes (see the docstring): under
     # no_grad the ops that reach a backend kernel, under inference_mode the
     # calls as written, composites whole.
@@ -134,6 +135,7 @@ def measure(lab) -> None:
         ops = log_ops(fn)
         lab.value(case={**case, "grad_mode": grad_mode},
                   metric="aten_ops_per_layer", value=len(ops) / layers, unit="")
+        # --8<-- [end:counted]
         names: dict[str, int] = {}
         for name in ops[: len(ops) // layers]:
             names[name] = names.get(name, 0) + 1
