@@ -141,11 +141,12 @@ def measure(lab) -> None:
 
     copy_bytes = 2 * count * itemsize
     for n in sizes:
-        # AXPY and GEMV beside the copy, in alternating rounds: each one's
-        # fraction_of_copy is the paired ratio of the copy's time to its
-        # own in one round, times the ratio of their bytes. Their inputs
-        # fit in L2 at small n: it is cleared before every call (the clear
-        # is not part of any call's kernel time).
+        # The three levels beside the copy, in alternating rounds, all in
+        # one profiler session. AXPY's and GEMV's fraction_of_copy is the
+        # paired ratio of the copy's time to its own in one round, times
+        # the ratio of their bytes (GEMM is no fraction of a copy). Their
+        # inputs fit in L2 at small n: it is cleared before every call (the
+        # clear is not part of any call's kernel time).
         calls = {"copy": lambda: dst.copy_(src)}
         fns, rows, ratios, cases = {}, {}, {}, {}
         for level in ("axpy", "gemv", "gemm"):
@@ -153,19 +154,15 @@ def measure(lab) -> None:
             fns[level], _ = operation(level, n, dtype, lab.device)
             cases[level] = {"level": level, "n": n, "part": "levels",
                             "intensity": round(flops / nbytes, 2)}
+            calls[level] = fns[level]
+            rows[level] = (cases[level], "time")
             if level != "gemm":
-                calls[level] = fns[level]
-                rows[level] = (cases[level], "time")
                 ratios[level] = (cases[level], "fraction_of_copy",
                                  nbytes / copy_bytes)
             if n == sizes[-1]:
                 lab.note(f"{level} kernels", kernels_of(fns[level], lab.device))
         times = interleaved(lab, calls, rows, baseline="copy", ratios=ratios,
                             flush_l2=True)
-        # GEMM alone: no variant beside it on the page, and it is not a
-        # fraction of the copy.
-        times["gemm"] = lab.time(fns["gemm"], case=cases["gemm"],
-                                 metric="time", timer="kernel", flush_l2=True)
         for level, t in times.items():
             keep(lab, cases[level], t, *traffic(level, n, itemsize))
             # The same call timed as a reader would from Python: events
