@@ -4,6 +4,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+import torch
 
 from examples.measuring import nsys_capture as nc
 
@@ -112,3 +113,24 @@ def test_a_machine_without_nsys_gets_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(nc.glob, "glob", lambda pattern: [])
     with pytest.raises(RuntimeError, match=r"nsys\) is not installed"):
         nc.find_nsys()
+
+
+def test_the_child_touches_cuda_only_after_the_parents_go(monkeypatch):
+    """A child context while the parent times is in the parent's untraced figures."""
+    order = []
+
+    class Stop(Exception):
+        pass
+
+    def touched(*args, **kwargs):
+        order.append("cuda")
+        raise Stop
+
+    monkeypatch.setattr(nc, "wait_for_go", lambda: order.append("go"))
+    for name in ("init", "_lazy_init", "synchronize", "current_blas_handle"):
+        monkeypatch.setattr(torch.cuda, name, touched)
+    monkeypatch.setattr(nc, "prepare_cuda", touched)
+    monkeypatch.setattr(nc, "build_steps", touched)
+    with pytest.raises(Stop):
+        nc.captured_steps()
+    assert order == ["go", "cuda"]

@@ -19,10 +19,13 @@ spent inside launch calls and blocked in the synchronize, and how long after
 the step began its first kernel started. The median step of each kind is kept
 as a timeline the page draws. The same steps are also timed without ``nsys``,
 in this process, in interleaved rounds, so the record shows what tracing
-itself costs. The child starts first and waits, loaded, while this process
-checks and times the steps (``examples/measuring/_waiting_child.py``): the
-profiler's start overlaps that work, never the GPU work, and the untraced
-timing begins only once the child waits idle.
+itself costs. The child starts first and waits, with Python and torch loaded
+but no CUDA context, while this process checks and times the steps
+(``examples/measuring/_waiting_child.py``): the profiler's start overlaps that
+work, the untraced timing begins only once the child waits idle, and the
+child touches CUDA (its context, cuBLAS, then kernels) only after the
+parent's timing is done, so that no second context on the GPU is in the
+parent's figures.
 """
 from __future__ import annotations
 
@@ -103,9 +106,13 @@ def build_steps() -> tuple[dict, dict[str, torch.Tensor]]:
 # --8<-- [start:child]
 def captured_steps() -> None:
     """Run under nsys: warm up, then STEPS steps of each kind with capture on."""
-    prepare_cuda()  # before waiting: seconds of host work under nsys, no kernels
-    wait_for_go()  # loaded; the GPU's kernels are the parent's until it says go
-    steps, _ = build_steps()
+    # Nothing of CUDA before the word, not even the context: a second context
+    # on the GPU (nsys's injection in it) while the parent timed was the
+    # likely cause of slower untraced figures. The GPU is the parent's until
+    # it says go.
+    wait_for_go()
+    steps, _ = build_steps()  # the context, cuBLAS and the warm-up, all after
+    # the go: seconds of host work under nsys, before the capture range opens
     torch.cuda.profiler.start()  # cudaProfilerStart: nsys begins recording
     for kind, step in steps.items():
         for _ in range(STEPS):
@@ -119,8 +126,10 @@ def prepare_cuda() -> None:
     """Create this process's CUDA context and cuBLAS handle, launching nothing.
 
     Under a profiler both take seconds of host work (its injection and CUPTI
-    start with the context, cuBLAS loads its library), which the parent's
-    work can hide; only the steps themselves must wait for the parent.
+    start with the context, cuBLAS loads its library), which a parent that
+    only checks can hide (``ncu_capture``'s child calls this before it
+    waits). ``captured_steps`` does not: its parent times while it waits,
+    and the child's context would be in those times.
     """
     torch.cuda.init()
     torch.cuda.synchronize()  # makes the context (a synchronize on no work)
@@ -250,7 +259,7 @@ def run(cmd: list[str], what: str, timeout: int) -> str:
 
 def capture(nsys: str, parent_work) -> tuple[dict[str, list[dict]], str]:
     """The child's steps under nsys, exported and read; ``parent_work()`` runs
-    while nsys and the child start, and the child runs kernels only after it."""
+    while nsys and the child start, and the child touches CUDA only after it."""
     with tempfile.TemporaryDirectory() as tmp:
         # nsys writes REPORT.nsys-rep and, with --export=sqlite, REPORT.sqlite
         report, database = str(Path(tmp, "steps")), str(Path(tmp, "steps.sqlite"))
