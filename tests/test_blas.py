@@ -105,3 +105,26 @@ def test_traffic_model():
     assert flops / nbytes == pytest.approx(1024 / 3)
     with pytest.raises(ValueError):
         traffic("gemmm", 4, 4)
+
+
+def test_levels_record_has_the_pages_figures(cli, tmp_path):
+    """The quick CPU record of blas.levels holds every figure docs/blas.md
+    quotes: per level and size the kernel-duration ``time`` and the rates
+    computed from it, the host-inclusive ``one_call`` beside it (GEMM only
+    up to 4096), and AXPY's and GEMV's paired fraction of the copy; the
+    rate is the one of ``time``, not of ``one_call``."""
+    _, record = cli.quick_record("blas.levels", tmp_path)
+    (roof,) = record.rows(level="copy", part="roof")
+    assert {"time", "bandwidth"} <= set(roof.metrics)
+    for level in ("axpy", "gemv", "gemm"):
+        rows = record.rows(level=level, part="levels")
+        assert sorted(r.case["n"] for r in rows) == [256, 512]
+        for row in rows:
+            m = row.metrics
+            flops, _ = traffic(level, row.case["n"], itemsize=4)
+            assert m["rate"].median == pytest.approx(flops / (m["time"].median / 1e6) / 1e12)
+            assert "interleaved rounds" in m["time"].method
+            assert "one_call" in m and m["one_call"].method != m["time"].method
+            assert m["one_call_vs_kernel"].median == pytest.approx(
+                m["one_call"].median / m["time"].median)
+            assert ("fraction_of_copy" in m) == (level != "gemm")

@@ -110,3 +110,23 @@ print("ok")
 def test_triton_kernels_in_the_interpreter(cli):
     proc = cli.run("-c", TRITON_SCRIPT, env=cli.cpu_env(TRITON_INTERPRET="1"))
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", cli.explain(proc)
+
+
+def test_triton_kernels_record_compares_kernels_in_rounds(cli, tmp_path):
+    """The quick CPU record of compile.triton_kernels holds what the page
+    quotes: each matmul size timed for both providers in interleaved rounds
+    (``kernel_time``, the kernel timer's figure), Triton's paired fraction
+    of the library's rate, and the one-call figure kept apart from it."""
+    _, record = cli.quick_record("compile.triton_kernels", tmp_path, timeout=600)
+    rows = record.rows(kernel="matmul")
+    assert {r.case["provider"] for r in rows} == {"triton", "torch"}
+    for row in rows:
+        m = row.metrics
+        assert m["kernel_time"].method.endswith("interleaved rounds")
+        assert m["time_one_call"].method.endswith("interleaved rounds")
+        assert m["one_call_vs_kernel"].median == pytest.approx(
+            m["time_one_call"].median / m["kernel_time"].median)
+        if row.case["provider"] == "triton":
+            assert m["fraction_of_library"].method.startswith("paired ratio torch / triton")
+        else:
+            assert "fraction_of_library" not in m
