@@ -71,6 +71,15 @@ def test_cpp_op_is_silu_and_passes_opcheck():
         torch.ops.book_ext.swish(torch.randn(3, dtype=torch.float64))
 
 
+def test_the_gpu_build_has_its_sources():
+    """The CUDA half is built only on a GPU: at least its sources must exist and agree."""
+    from examples.ecosystem.custom_op import CPP_CUDA, CUDA
+
+    assert "TORCH_LIBRARY_IMPL(book_ext, CUDA, m)" in CPP_CUDA
+    launch = "void swish_launch(const float*"
+    assert launch in CUDA and launch in CPP_CUDA
+
+
 def test_the_build_folder_follows_torch_extensions_dir(monkeypatch, tmp_path):
     from torch.utils.cpp_extension import get_default_build_root
 

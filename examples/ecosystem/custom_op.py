@@ -139,6 +139,24 @@ void swish_launch(const float* x, float* y, int64_t n, cudaStream_t s) {
   swish_kernel<<<(unsigned)blocks, (unsigned)threads, 0, s>>>(x, y, n, aligned);
 }
 """
+
+CPP_CUDA = r"""
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+void swish_launch(const float*, float*, int64_t, cudaStream_t);
+
+at::Tensor swish_cuda(const at::Tensor& x) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat, "swish: float32 only");
+  const c10::cuda::CUDAGuard guard(x.device());  // x's GPU, and its stream
+  at::Tensor xc = x.contiguous(), y = at::empty_like(xc);
+  swish_launch(xc.data_ptr<float>(), y.data_ptr<float>(), xc.numel(),
+               c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return y;
+}
+TORCH_LIBRARY_IMPL(book_ext, CUDA, m) { m.impl("swish", &swish_cuda); }
+"""
 # --8<-- [end:cuda]
 
 
