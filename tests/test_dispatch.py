@@ -41,8 +41,9 @@ def test_op_logger_sees_forward_and_backward_ops():
         assert autograd_graph(torch.tanh(x @ w)) == []
 
 
-def test_every_sync_point_runs_in_the_loop():
-    step, x = make_step(2, 8, 2, torch.device("cpu"), torch.float32)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])  # bfloat16: the GPU's
+def test_every_sync_point_runs_in_the_loop(dtype):
+    step, x = make_step(2, 8, 2, torch.device("cpu"), dtype)
     sink = io.StringIO()
     for name, sync in sync_points(sink).items():
         run_loop(step, x, sync, 2)

@@ -33,7 +33,8 @@ def sync_points(sink: io.StringIO) -> dict:
         ".item()": lambda loss, y: loss.item(),
         "float(loss)": lambda loss, y: float(loss),
         ".cpu()": lambda loss, y: y[0].cpu(),
-        ".cpu().numpy()": lambda loss, y: y[0].cpu().numpy(),
+        # the float32 loss: NumPy has no bfloat16
+        ".cpu().numpy()": lambda loss, y: loss.cpu().numpy(),
         ".tolist()": lambda loss, y: y[0].tolist(),
         "print(loss)": lambda loss, y: print(loss, file=sink),
         "print(loss.item())": lambda loss, y: print(loss.item(), file=sink),
