@@ -259,11 +259,11 @@ def wake_compile_workers() -> None:
 
     Compiling is most of this topic's time (eight compiles of a forward and a
     backward graph, about 250 Triton kernels), and the workers take seconds to
-    start (10 s or more on an H200 host): a new
-    pool, or one quiesced after a minute without work (as after the topics
-    before this one), is not ready for the first compile, whose kernels then
-    wait or compile one by one in this process. Started here, the workers come
-    up while torchao loads and the float64 reference runs. The same pool and
+    start (10 s or more on an H200 host): a pool started only at the first
+    compile is not ready for it, and its kernels wait or compile one by one
+    in this process. Started here, the workers come up while torchao loads
+    and the float64 reference runs (in a ``lab run`` of several topics the
+    pool of an earlier topic is kept, and this finds it ready). The same pool and
     kernels either way: only when they start changes.
     """
     try:

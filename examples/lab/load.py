@@ -59,8 +59,7 @@ class _Sampler:
 
     def __init__(self, device_index: int, interval_ms: float):
         self.owner = os.getpid()  # a forked rank inherits this object: only its owner stops it
-        self.path: Path | None = None
-        self.process = None
+        self.process = None  # None: the sampler could not start (its file stays empty)
         file = tempfile.NamedTemporaryFile("w+", suffix=".load", delete=False)
         file.close()
         self.path = Path(file.name)
@@ -86,8 +85,6 @@ class _Sampler:
 
     def read(self) -> tuple[str | None, list[Sample]]:
         """Which power reading the sampler takes, and every sample it has written so far."""
-        if self.path is None:
-            return None, []
         return read_power_reading(self.path), read_samples(self.path)
 
     def close(self) -> None:
@@ -99,8 +96,7 @@ class _Sampler:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.process.kill()
-        if self.path is not None:
-            self.path.unlink(missing_ok=True)
+        self.path.unlink(missing_ok=True)
 
 
 _SAMPLERS: dict[tuple[int, float], _Sampler] = {}
