@@ -132,3 +132,19 @@ def test_split_trace_of_a_cpu_product_has_ops_only():
     kinds = split_trace(kernels_of(lambda: x @ x))
     assert "aten::mm" in kinds["aten"]
     assert kinds["api"] == [] and kinds["gpu"] == []
+
+
+def test_the_bare_launch_is_about_half_of_a_small_op_in_every_gpu_run():
+    """The page says the bare launch costs about 0.4 to 0.6 of a whole small CUDA op of the
+    same run, whatever the host's speed: checked against every committed GPU record."""
+    from pathlib import Path
+
+    ratios = []
+    for path in sorted(Path("docs/records").glob("nvidia-*/stack.layer_costs/*.json")):
+        results = json.loads(path.read_text())["results"]
+        cost = {row["case"]["layer"]: row["metrics"]["per_call"]["median"] for row in results}
+        bare = next(v for k, v in cost.items() if "bare CUDA launch" in k)
+        whole = next(v for k, v in cost.items() if "CUDA op (add" in k)
+        ratios.append((path.name, bare / whole))
+    assert ratios, "no GPU record of stack.layer_costs"
+    assert all(0.4 <= r <= 0.65 for _, r in ratios), ratios

@@ -16,7 +16,7 @@ from __future__ import annotations
 import operator
 from dataclasses import asdict, dataclass
 
-from lab_site.figures import SelectionError, metric, select
+from lab_site.figures import SelectionError, metric, select, with_metric
 from lab_site.shortcodes import ClaimRequest
 from lab_site.store import Group
 
@@ -129,7 +129,8 @@ def verdict(request: ClaimRequest, group: Group) -> Verdict:
     """
     check = OPERATORS[request.op]
     try:
-        figures = [metric(group, row, request.metric) for row in select(group, request.where)]
+        figures = [metric(group, row, request.metric)
+                   for row in with_metric(select(group, request.where), request.metric)]
     except SelectionError as exc:
         if not group.stale:
             raise

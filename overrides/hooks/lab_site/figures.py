@@ -126,6 +126,13 @@ def select(group: Group, where: dict[str, Scalar]) -> list[GroupRow]:
     return chosen
 
 
+def with_metric(rows: list[GroupRow], name: str) -> list[GroupRow]:
+    """The selected rows that measured ``name``: a filter that names fewer keys than a case
+    has may also select rows of other metrics (a case refined by one more key). Where none
+    has it, all of them, so that the metric's absence is still reported."""
+    return [r for r in rows if name in r.metrics] or rows
+
+
 def metric(group: Group, row: GroupRow, name: str) -> Figure:
     found = row.metrics.get(name)
     if found is None:

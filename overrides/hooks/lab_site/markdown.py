@@ -23,7 +23,7 @@ from examples.lab.records import Metric
 from lab_site import LabError
 from lab_site import provenance as prov
 from lab_site.claims import UNVERIFIED, ClaimResult, Verdict
-from lab_site.figures import Figure, GroupRow, SelectionError, metric, power, select, stat, stat_unit
+from lab_site.figures import Figure, GroupRow, SelectionError, metric, power, select, stat, stat_unit, with_metric
 from lab_site.fmt import case_value, date_span, format_quantity, format_range, plural, run_date, unit_text
 from lab_site.runs import NOISY
 from lab_site.shortcodes import NotesRequest, PlotRequest, TableRequest, TimelineRequest, ValueRequest
@@ -304,8 +304,8 @@ def timeline(request: TimelineRequest, groups: Sequence[Group], link: Callable[[
 
 
 def pick(request: ValueRequest, group: Group) -> tuple[GroupRow, Figure]:
-    """The one figure a ``lab:value`` quotes: its filters must select exactly one row."""
-    rows = select(group, request.where)
+    """The one figure a ``lab:value`` quotes: its filters must select exactly one row that has it."""
+    rows = with_metric(select(group, request.where), request.metric)
     if len(rows) != 1:
         # A selection error: in a stale group, rows that the filters no longer tell apart are
         # rows of an earlier case layout (a key since folded into another), not a page error.
