@@ -1009,3 +1009,14 @@ def test_durations_read_as_a_reader_says_them():
     assert duration_range(125, 145) == f"2{NBSP}min 5{NBSP}s – 2{NBSP}min 25{NBSP}s"
     with pytest.raises(LabError, match="not a duration"):
         duration(-1.0)
+
+
+def test_a_claim_or_value_reads_the_selected_rows_that_have_its_metric():
+    """A filter naming fewer keys than a case may select rows of other metrics as well (a case
+    refined by one more key): the rows that have the metric are the ones read; where none has
+    it, every row is kept, so that the missing metric is still reported."""
+    counted = figures.GroupRow(case={"layers": 4, "grad_mode": "no_grad"}, metrics={"ops": object()})
+    timed = figures.GroupRow(case={"layers": 4}, metrics={"step": object(), "waits": object()})
+    assert figures.with_metric([counted, timed], "waits") == [timed]
+    assert figures.with_metric([counted, timed], "ops") == [counted]
+    assert figures.with_metric([counted, timed], "typo") == [counted, timed]
