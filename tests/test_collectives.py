@@ -217,3 +217,87 @@ def test_rank_teardown_frees_ddp_before_the_process_group():
         ring.spawn(_ddp_left_in_a_cycle, 2, "gloo", {"keep": keep})
         for rank in (0, 1):
             assert json.loads(pathlib.Path(keep, f"collected-{rank}.json").read_text()) is True
+
+
+# -- NCCL's TUNING log: what it chose and what it modelled ---------------------
+from examples.collectives import nccl_log  # noqa: E402
+
+# Rank 0's lines as NCCL 2.28.9 wrote them on two H200s (the ddp_probe record's
+# notes), with the prefix NCCL_DEBUG_FILE lines carry.
+_PREFIX = "host:4242:4242 [0] NCCL INFO "
+TUNING_LOG = [_PREFIX + line for line in (
+    "  Algorithm   |                            Tree                  |"
+    "                            Ring                  |                   CollNetDirect                  |",
+    "  Protocol    |             LL |          LL128 |         Simple |             LL |"
+    "          LL128 |         Simple |             LL |          LL128 |         Simple |",
+    " Max NThreads |            512 |            640 |            512 |            512 |"
+    "            640 |            512 |            512 |            640 |            512 |",
+    "    AllReduce |     8.0/  61.1 |    16.5/ 180.6 |    16.4/ 232.2 |     7.8/ 141.0 |"
+    "    17.8/ 331.2 |    15.2/ 360.0 |     0.8/   0.0 |     0.8/   0.0 |    39.2/   0.0 |",
+    "AllReduce: 4 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..0}",
+    "AllReduce: 33554432 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..23}",
+    "AllReduce: 65536 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..7}",
+    "AllGather: 536870912 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..15}",
+)] + ["host:4242:4250 [0] NCCL INFO Channel 00/24 : 0 1", "unrelated program output"]
+
+
+def test_parse_choices_of_real_lines():
+    choices = nccl_log.parse_choices(TUNING_LOG)
+    assert choices["AllReduce", 33554432] == {"algo": "RING", "proto": "SIMPLE", "channels": 24}
+    assert choices["AllReduce", 65536] == {"algo": "RING", "proto": "LL", "channels": 8}
+    assert len(choices) == 4
+    # The timed size is the largest: the 4-byte all-reduce is a barrier.
+    assert nccl_log.choice_for(choices, "all_reduce") == (
+        33554432, {"algo": "RING", "proto": "SIMPLE", "channels": 24})
+    assert nccl_log.choice_for(choices, "all_gather")[1]["channels"] == 16
+    assert nccl_log.choice_for(choices, "reduce_scatter") is None
+    # A line without the channel range (older NCCL) still names the choice.
+    old = nccl_log.parse_choices(["AllReduce: 1024 Bytes -> Algo TREE proto LL"])
+    assert old["AllReduce", 1024] == {"algo": "TREE", "proto": "LL", "channels": None}
+
+
+def test_parse_cost_table_of_real_lines():
+    table = nccl_log.parse_cost_table(TUNING_LOG)
+    row = table["AllReduce"]
+    assert set(table) == {"AllReduce"}  # "Max NThreads" is no collective
+    assert row["Ring", "LL"] == (7.8, 141.0) and row["Tree", "LL"] == (8.0, 61.1)
+    assert row["Ring", "Simple"] == (15.2, 360.0) and row["CollNetDirect", "Simple"] == (39.2, 0.0)
+    assert len(row) == 9
+    # Only what NCCL can run here (bandwidth > 0) is a modelled latency.
+    modelled = lat.nccl_modelled_latency(TUNING_LOG)
+    assert modelled["Ring/LL"] == 7.8 and "CollNetDirect/LL" not in modelled
+
+
+def test_tuning_log_sets_and_restores_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("NCCL_DEBUG", "WARN")
+    monkeypatch.delenv("NCCL_DEBUG_SUBSYS", raising=False)
+    import os
+    with nccl_log.tuning_log(str(tmp_path)):
+        assert os.environ["NCCL_DEBUG"] == "INFO"
+        assert os.environ["NCCL_DEBUG_SUBSYS"] == "TUNING"
+        assert os.environ["NCCL_DEBUG_FILE"].startswith(str(tmp_path))
+    assert os.environ["NCCL_DEBUG"] == "WARN" and "NCCL_DEBUG_SUBSYS" not in os.environ
+
+
+# -- t = beta + 2(p-1) alpha ----------------------------------------------------
+def test_fit_latency_separates_the_call_from_the_steps():
+    # NCCL 2.28's own model for a ring/LL all-reduce on NVLink (tuning.cc):
+    # 6.6 us per call, 0.6 us per step.
+    model = {p: 6.6 + 2 * (p - 1) * 0.6 for p in (2, 4, 8)}
+    beta, alpha = lat.fit_latency({p: model[p] for p in (2, 4)})
+    assert (beta, alpha) == (pytest.approx(6.6), pytest.approx(0.6))
+    beta, alpha = lat.fit_latency(model)
+    assert (beta, alpha) == (pytest.approx(6.6), pytest.approx(0.6))
+    # The bound of one p charges the call to the steps: at p = 2 it is
+    # beta / 2 + alpha, far above alpha.
+    assert lat.ring_alpha(model[2], 2) == pytest.approx(3.3 + 0.6)
+    # Least squares: a noisy third point moves the fit, not an exact one.
+    beta, alpha = lat.fit_latency({2: 7.8, 4: 10.2, 8: 16.0})
+    assert 0.6 < alpha < 0.8 and 5.5 < beta < 6.6
+    with pytest.raises(ValueError, match="two values of p"):
+        lat.fit_latency({2: 7.8})
+
+
+@pytest.mark.parametrize("gpus,worlds", [(2, [2]), (3, [2, 3]), (4, [2, 4]), (8, [2, 4, 8])])
+def test_fit_worlds(gpus, worlds):
+    assert lat.fit_worlds(gpus) == worlds

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import zlib
 
 import torch
@@ -141,12 +142,56 @@ def latency(config: dict, device: torch.device) -> dict:
 
 # --8<-- [start:fit]
 def ring_alpha(t_small: float, gpus: int) -> float:
-    """The ring model's per-step latency from a latency-bound all-reduce.
+    """The most the ring model's per-step latency can be, from one p.
 
-    At 1 KiB the model's bandwidth term is nanoseconds, so t = 2(p-1) alpha.
+    At 1 KiB the model's bandwidth term is nanoseconds, so all of a graphed
+    all-reduce's time is latency: charged entirely to the 2(p-1) steps it
+    is an upper bound on alpha, since NCCL also pays a fixed cost per call
+    (starting the kernel, setting up its channels) that no step count
+    multiplies.
     """
     return t_small / (2 * (gpus - 1))
 
+
+def fit_latency(points: dict[int, float]) -> tuple[float, float]:
+    """(beta, alpha) of t = beta + 2(p-1) alpha, least squares over (p, t).
+
+    beta is the fixed cost of one call, alpha the cost of one ring step.
+    Two values of p determine both exactly (two equations, two unknowns:
+    nothing is left to test the straight line); each further p tests it.
+    """
+    if len(points) < 2:
+        raise ValueError(f"a fit of two unknowns needs two values of p, "
+                         f"got {sorted(points)}")
+    xs = [2.0 * (p - 1) for p in points]
+    ts = list(points.values())
+    mx, mt = sum(xs) / len(xs), sum(ts) / len(ts)
+    alpha = (sum((x - mx) * (t - mt) for x, t in zip(xs, ts))
+             / sum((x - mx) ** 2 for x in xs))
+    return mt - alpha * mx, alpha
+
+
+# --8<-- [end:fit]
+
+
+def fit_worlds(gpus: int) -> list[int]:
+    """The group sizes whose small all-reduce the fit takes: 2, 4, 8, ...
+    below the machine's count, and the count itself (ascending)."""
+    worlds, q = [], 2
+    while q < gpus:
+        worlds.append(q)
+        q *= 2
+    return worlds + [gpus]
+
+
+def nccl_modelled_latency(lines: list[str]) -> dict[str, float]:
+    """NCCL's own latency (us) for an all-reduce, per algorithm/protocol,
+    from the cost table rank 0 logged (0 means NCCL disabled it here)."""
+    from examples.collectives.nccl_log import parse_cost_table
+
+    row = parse_cost_table(lines).get("AllReduce", {})
+    return {f"{algo}/{proto}": lat for (algo, proto), (lat, bw) in row.items()
+            if bw > 0}
 
 # --8<-- [end:fit]
 
@@ -169,18 +214,7 @@ def measure(lab) -> None:
     ways = ("one call", "back to back", "graphed") if cuda else (
         "one call", "back to back")
     checked = ("eager", "graphed") if cuda else ("eager",)
-    # bf16 keeps 8 significant bits: each of the p - 1 additions of a ring
-    # rounds by at most 2^-8 of the partial sum.
-    tolerance = (p - 1) * 2.0**-8
-    for nbytes in config["sizes"]:
-        for i, which in enumerate((0, config["calls"] - 1)):
-            want = expected_sum(config["seed"], p, nbytes, which)
-            for way in checked:
-                got = torch.cat([saved[f"check-{nbytes}-{k}.pt"][way][i]
-                                 for k in range(p)])
-                lab.check(f"{way}, {nbytes} B, call {which + 1}, all ranks "
-                          "vs the sum computed locally", got,
-                          want.repeat(p), tolerance=tolerance)
+    keep_checks(lab, saved, config, p, config["sizes"], checked)
 
     clock = "cuda_event" if cuda else "host clock"
     how = f"{clock}, max over {p} ranks per sample, interleaved rounds"
@@ -220,10 +254,83 @@ def measure(lab) -> None:
     lab.note("NCCL_NVLS_ENABLE", os.environ.get("NCCL_NVLS_ENABLE"))
     fit = {"part": "fit", "gpus": p}
     smallest = config["sizes"][0]
-    lab.value(case=fit, metric="alpha", unit="us",
+    lab.value(case=fit, metric="alpha_bound", unit="us",
               value=ring_alpha(t["graphed", smallest], p))
     lab.value(case=fit, metric="tp_decode_allreduce", unit="us",
               value=t["graphed", TP_DECODE_BYTES])
+    keep_fit(lab, config, p, worst["graphed", smallest])
+
+
+def keep_fit(lab, config: dict, p: int, graphed_p: list[float]) -> None:
+    """The graphed 1 KiB all-reduce at every group size 2, 4, ... p, what
+    NCCL chose and modelled for it, and t = beta + 2(q-1) alpha over them.
+
+    A smaller group runs in its own processes on GPUs 0..q-1, with NCCL's
+    TUNING log on: a graph's replay does not pass through NCCL's host code,
+    so the log costs the graphed figure nothing. The full group's log comes
+    from a separate pair of processes, because its host-timed ways would pay
+    for a log line on every call.
+    """
+    from examples.collectives.nccl_log import (
+        choice_for, nccl_choices, parse_choices, read_logs, tuning_log)
+
+    smallest = config["sizes"][0]
+    points = {}
+    for q in fit_worlds(p):
+        case = {"part": "fit", "gpus": q}
+        if q == p:
+            samples = graphed_p
+            log = nccl_choices(q, [("all_reduce", smallest)])
+        else:
+            with tempfile.TemporaryDirectory() as logs:
+                with tuning_log(logs):
+                    r = spawn(latency, q, "nccl",
+                              {**config, "sizes": [smallest]})
+                log = read_logs(logs)
+            keep_checks(lab, r["saved"], config, q, [smallest],
+                        ("eager", "graphed"))
+            per_rank = [r["saved"][f"times-{k}.pt"][f"graphed|{smallest}"]
+                        for k in range(q)]
+            samples = [max(s) * 1e6 for s in zip(*per_rank)]
+        points[q] = lab.keep_samples(
+            samples, case=case, metric="graphed_small", unit="us",
+            method=f"cuda_event, max over {q} ranks per sample, "
+                   f"interleaved rounds, {smallest} B graphed",
+            warmup=config["warmup"], inner=config["calls"]).median
+        for name, lat in nccl_modelled_latency(log).items():
+            lab.value(case={"part": "nccl_model", "gpus": q, "algo": name},
+                      metric="latency", unit="us", value=lat)
+        chosen = choice_for(parse_choices(log), "all_reduce")
+        lab.note(f"NCCL's choice, {smallest} B all-reduce, {q} GPUs",
+                 "no TUNING line" if chosen is None else
+                 f"{chosen[1]['algo']}/{chosen[1]['proto']}, "
+                 f"{chosen[1]['channels']} channel(s)")
+    if len(points) < 2:
+        lab.note("fit", f"one group size ({p} GPUs): beta and alpha need "
+                 "two; alpha_bound charges the whole call to the steps")
+        return
+    beta, alpha = fit_latency(points)
+    fit = {"part": "fit", "gpus": p}
+    lab.value(case=fit, metric="fit_beta", unit="us", value=beta)
+    lab.value(case=fit, metric="fit_alpha", unit="us", value=alpha)
+    lab.note("fit", f"t = beta + 2(p-1) alpha, least squares over p = "
+             f"{sorted(points)} (graphed {smallest} B medians)")
+
+
+def keep_checks(lab, saved: dict, config: dict, p: int, sizes: list[int],
+                checked: tuple[str, ...]) -> None:
+    # bf16 keeps 8 significant bits: each of the p - 1 additions of a ring
+    # rounds by at most 2^-8 of the partial sum.
+    tolerance = (p - 1) * 2.0**-8
+    for nbytes in sizes:
+        for i, which in enumerate((0, config["calls"] - 1)):
+            want = expected_sum(config["seed"], p, nbytes, which)
+            for way in checked:
+                got = torch.cat([saved[f"check-{nbytes}-{k}.pt"][way][i]
+                                 for k in range(p)])
+                lab.check(f"{way}, {nbytes} B, call {which + 1}, {p} ranks "
+                          "vs the sum computed locally", got,
+                          want.repeat(p), tolerance=tolerance)
 
 
 def main(argv=None) -> int:

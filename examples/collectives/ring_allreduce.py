@@ -301,6 +301,35 @@ def measure(lab) -> None:
         lab.value(case=case, metric="busbw", unit="GB/s",
                   value=bus_bandwidth(name, gpus=p, algbw=algbw) / 1e9)
     lab.note("ranks", f"{p} ({backend}), one process per rank")
+    if cuda:
+        _keep_choices(lab, p, config["collective_bytes"], r["collectives"])
+
+
+def _keep_choices(lab, p: int, nbytes: int, timed) -> None:
+    """NCCL's algorithm, protocol and channels for each timed collective.
+
+    Asked in a separate group of processes with NCCL's TUNING log on (the
+    timed ones must not write a line per call), at the same sizes.
+    """
+    from examples.collectives.nccl_log import (
+        NCCL_NAMES, choice_for, nccl_choices, parse_choices)
+
+    names = [n for n in timed if n in NCCL_NAMES]  # all_to_all: send/recv
+    choices = parse_choices(nccl_choices(p, [(n, nbytes) for n in names]))
+    seen = {}
+    for name in names:
+        got = choice_for(choices, name)
+        if got is None:
+            seen[name] = "no TUNING line"
+            continue
+        logged, c = got
+        seen[name] = (f"{c['algo']}/{c['proto']}, {c['channels']} "
+                      f"channel(s), logged as {logged} B")
+        if c["channels"] is not None:
+            lab.value(case={"part": "collectives", "collective": name,
+                            "gpus": p, "bytes": nbytes},
+                      metric="channels", unit="", value=c["channels"])
+    lab.note("NCCL's choice per collective (TUNING log)", seen)
 
 
 def _keep_link(lab, link, p, method) -> tuple[float, float]:
