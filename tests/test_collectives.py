@@ -301,3 +301,63 @@ def test_fit_latency_separates_the_call_from_the_steps():
 @pytest.mark.parametrize("gpus,worlds", [(2, [2]), (3, [2, 3]), (4, [2, 4]), (8, [2, 4, 8])])
 def test_fit_worlds(gpus, worlds):
     assert lat.fit_worlds(gpus) == worlds
+
+
+# -- collectives.ddp_overlap: every rank, and NCCL's share of the SMs ------------
+from examples.collectives import ddp_overlap as ddp  # noqa: E402
+
+
+def test_slowest_rank_per_sample_keeps_rounds_paired():
+    per_rank = [{"A": [1.0, 5.0, 2.0], "B": [3.0, 1.0, 1.0]},
+                {"A": [2.0, 4.0, 1.0], "B": [1.0, 2.0, 4.0]}]
+    assert ddp.slowest_rank(per_rank) == {"A": [2.0, 5.0, 2.0], "B": [3.0, 2.0, 4.0]}
+    with pytest.raises(ValueError):  # a rank with a sample missing is an error
+        ddp.slowest_rank([{"A": [1.0, 2.0]}, {"A": [1.0]}])
+
+
+def _k(name, start, dur):
+    return {"name": name, "start": start, "dur": dur}
+
+
+def test_gemm_contention_pairs_the_same_gemms():
+    # With communication: the 2nd and 3rd GEMM overlap an all-reduce and run
+    # 1.5x and 1.2x longer; the 1st does not overlap and runs as without.
+    with_comm = [_k("nvjet_tst_128x256", 0, 10), _k("elementwise", 10, 1),
+                 _k("nvjet_tst_128x256", 11, 15), _k("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 12, 20),
+                 _k("sm90_xmma_gemm_bf16", 27, 12)]
+    without = [_k("nvjet_tst_128x256", 0, 10), _k("elementwise", 10, 1),
+               _k("nvjet_tst_128x256", 11, 10), _k("sm90_xmma_gemm_bf16", 21, 10)]
+    got = ddp.gemm_contention(with_comm, without)
+    assert got["alone"] == [1.0]
+    assert got["overlapped"] == [pytest.approx(1.5), pytest.approx(1.2)]
+    # A kernel that ends exactly where the all-reduce starts did not overlap it.
+    touching = [_k("nvjet", 0, 12), _k("ncclDevKernel_AllReduce", 12, 5)]
+    assert ddp.gemm_contention(touching, [_k("nvjet", 0, 12)]) == {"overlapped": [], "alone": [1.0]}
+    # Different GEMM sequences cannot be paired: nothing, rather than a wrong pairing.
+    assert ddp.gemm_contention(with_comm, without[:2]) == {"overlapped": [], "alone": []}
+
+
+def test_environment_sets_and_restores(monkeypatch):
+    import os
+    monkeypatch.delenv("NCCL_MAX_CTAS", raising=False)
+    monkeypatch.setenv("NCCL_DEBUG", "WARN")
+    with ddp.environment({"NCCL_MAX_CTAS": "2", "NCCL_DEBUG": "INFO"}):
+        assert os.environ["NCCL_MAX_CTAS"] == "2" and os.environ["NCCL_DEBUG"] == "INFO"
+    assert "NCCL_MAX_CTAS" not in os.environ and os.environ["NCCL_DEBUG"] == "WARN"
+    assert ddp.SETTINGS["default"] == {} and ddp.SETTINGS["NCCL_MAX_CTAS=2"] == {"NCCL_MAX_CTAS": "2"}
+
+
+def test_ddp_overlap_record_on_gloo():
+    from examples.lab.harness import run_measurement
+
+    record = run_measurement(ddp, device=torch.device("cpu"), quick=True, command="pytest")
+    steps = {r.case["variant"]: r.metrics for r in record.results if "variant" in r.case}
+    assert set(steps) == set(ddp.VARIANTS)
+    for metrics in steps.values():
+        assert metrics["step"].method == "host clock, max over 2 ranks per sample, interleaved rounds"
+        assert metrics["step"].n == 5
+    assert steps["one bucket"]["vs_default"].n == 5  # paired, round by round
+    contention = [r for r in record.results if r.case.get("part") == "contention"]
+    # gloo: NCCL's settings mean nothing, so the default only; no traces on the CPU.
+    assert [(r.case["nccl"], set(r.metrics)) for r in contention] == [("default", {"comm_cost"})]
+    assert contention[0].metrics["comm_cost"].n == 5

@@ -3,9 +3,13 @@
 Trains a stack of linear layers with DistributedDataParallel on every GPU (or
 two CPU processes over gloo). A communication hook records the buckets DDP
 builds; three variants are timed in alternating rounds (default buckets, one bucket, no
-communication at all); on GPUs the profiler's trace of one step gives when
-each bucket's all-reduce ran and how much of it hid behind backward kernels,
-and ``NCCL_DEBUG=INFO`` shows what NCCL set up.
+communication at all), every rank's samples kept and the slower rank's taken
+per sample. On GPUs the profiler's trace of one step gives when each bucket's
+all-reduce ran and how much of it hid behind backward kernels; traces of the
+same step with and without communication give each GEMM's slowdown while an
+all-reduce shares its GPU; the whole run is repeated with NCCL held to two
+CTAs (``NCCL_MAX_CTAS=2``, its own processes) to test whether NCCL's SM share
+is what overlap costs; and ``NCCL_DEBUG=INFO`` shows what NCCL set up.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from examples.collectives.ring_allreduce import lined_up, spawn
-from examples.lab.timing import measure_rounds
+from examples.lab.timing import measure_rounds, round_order
 
 
 #: On a GPU machine this topic needs two GPUs (DDP needs at least two to communicate); the CPU path runs two gloo ranks.
@@ -91,22 +95,36 @@ def worker(config: dict, device: torch.device) -> dict:
     # The variants in alternating rounds (A B C, C B A, ...), both ranks
     # leaving a barrier before every step: step i of each variant comes from
     # round i, so a drift of clocks or heat falls on all three alike.
-    result["steps"] = measure_rounds(steps, device=device, warmup=2,
-                                     repetitions=config["reps"],
-                                     before=lined_up())
+    steps = measure_rounds(steps, device=device, warmup=2,
+                           repetitions=config["reps"], before=lined_up())
+    # Every rank's samples: the parent keeps the slower rank's per sample.
+    torch.save(steps, f"{config['out']}/steps-{dist.get_rank()}.pt")
     if device.type == "cuda":
-        result["trace"] = trace_one_step(models[next(iter(VARIANTS))], x)
+        default, alone = next(iter(VARIANTS)), "no communication"
+        result["trace"] = trace_one_step(models[default], x)
+        # The same step with and without communication, traced in
+        # alternating order, for each GEMM's duration in both (SM sharing).
+        pairs = []
+        for i in range(config["trace_rounds"]):
+            traced = {}
+            for name in round_order((default, alone), i):
+                lined_up()(name)
+                traced[name] = trace_one_step(models[name], x,
+                                              VARIANTS[name][1])
+            pairs.append(gemm_contention(traced[default], traced[alone]))
+        torch.save(pairs, f"{config['out']}/gemm-{dist.get_rank()}.pt")
     return result
 
 
 # --8<-- [start:trace]
-def trace_one_step(model: DDP, x: torch.Tensor) -> list[dict]:
+def trace_one_step(model: DDP, x: torch.Tensor,
+                   communicate: bool = True) -> list[dict]:
     """The GPU kernels of one training step, from the profiler's trace."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        train_step(model, x, True)
+        train_step(model, x, communicate)
         torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
         prof.export_chrome_trace(f"{tmp}/trace.json")
@@ -132,6 +150,41 @@ def overlap(kernels: list[dict]) -> tuple[list[dict], float]:
 
 
 # --8<-- [end:trace]
+
+
+# --8<-- [start:contention]
+#: The GEMM kernels of a bf16 linear layer: cuBLAS(Lt)'s nvjet/sm90 kernels.
+GEMM = re.compile(r"gemm|nvjet|cutlass|xmma", re.IGNORECASE)
+
+
+def gemm_contention(with_comm: list[dict], without: list[dict]) -> dict:
+    """Each GEMM's duration with communication over the same GEMM's without.
+
+    The two traces are of the same step of the same model, so their GEMMs
+    come in the same order; the k-th of one is the k-th of the other. A
+    ratio goes to "overlapped" when that GEMM ran while an NCCL kernel was
+    running on the same GPU, else to "alone": if NCCL's kernels slow the
+    GEMMs by taking SMs and memory bandwidth, the overlapped ratios sit
+    above 1 and the alone ones at 1 (their control).
+    """
+    out = {"overlapped": [], "alone": []}
+    a = [k for k in with_comm if GEMM.search(k["name"])
+         and "nccl" not in k["name"].lower()]
+    b = [k for k in without if GEMM.search(k["name"])
+         and "nccl" not in k["name"].lower()]
+    if len(a) != len(b) or not a:
+        return out  # not the same kernel sequence: nothing to pair
+    comm = _union([(k["start"], k["start"] + k["dur"]) for k in with_comm
+                   if "nccl" in k["name"].lower()])
+    for ka, kb in zip(a, b):
+        end = ka["start"] + ka["dur"]
+        hit = any(min(end, e) > max(ka["start"], s) for s, e in comm)
+        if kb["dur"] > 0:
+            out["overlapped" if hit else "alone"].append(ka["dur"] / kb["dur"])
+    return out
+
+
+# --8<-- [end:contention]
 
 
 def _union(intervals):
@@ -165,6 +218,41 @@ def nccl_debug_lines(folder: Path, limit: int = 24) -> list[str]:
     return kept[:limit]
 
 
+# --8<-- [start:settings]
+#: NCCL's share of the GPU, set per group of processes: NCCL reads its
+#: variables once, when the process group's communicator is created, so
+#: each setting runs in its own freshly spawned processes.
+#: NCCL_MAX_CTAS caps the CTAs (channels: one SM each) of a collective
+#: (NCCL environment variables page); 2 leaves the GEMMs nearly every SM.
+SETTINGS = {
+    "default": {},
+    "NCCL_MAX_CTAS=2": {"NCCL_MAX_CTAS": "2"},
+}
+
+
+@contextlib.contextmanager
+def environment(settings: dict[str, str]):
+    """These variables for the processes started inside, then restored."""
+    saved = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.update({k: v})
+
+
+# --8<-- [end:settings]
+
+
+def slowest_rank(per_rank: list[dict[str, list[float]]]) -> dict[str, list[float]]:
+    """Sample i of each variant: the slowest rank's (a step ends for the job
+    when its last rank ends)."""
+    return {name: [max(s) for s in zip(*(r[name] for r in per_rank),
+                                       strict=True)]
+            for name in per_rank[0]}
+
+
 def measure(lab) -> None:
     cuda = lab.cuda
     world = torch.cuda.device_count() if cuda else 2
@@ -172,22 +260,27 @@ def measure(lab) -> None:
         raise RuntimeError(f"needs {MIN_GPUS} GPUs, this machine has {world}")
     full = cuda and not lab.quick
     config = {"width": 2048 if full else 256, "layers": 24 if full else 6,
-              "tokens": 8192 if full else 256, "reps": 30 if full else 5}
-    with tempfile.TemporaryDirectory() as logs:
-        saved = {k: os.environ.get(k) for k in ("NCCL_DEBUG", "NCCL_DEBUG_FILE")}
-        if cuda:
-            os.environ["NCCL_DEBUG"] = "INFO"
-            os.environ["NCCL_DEBUG_FILE"] = f"{logs}/nccl.%h.%p.log"
-        try:
-            r = spawn(worker, world, "nccl" if cuda else "gloo", config)
-        finally:
-            for k, v in saved.items():
-                os.environ.pop(k, None) if v is None else os.environ.update({k: v})
-        debug = nccl_debug_lines(Path(logs)) if cuda else []
-    method = (f"{'cuda_event' if cuda else 'host clock'}, rank 0, "
-              "interleaved rounds")
+              "tokens": 8192 if full else 256, "reps": 30 if full else 5,
+              "trace_rounds": 4 if full else 2}
+    runs = {}
+    debug = []
+    # NCCL's variables mean nothing to gloo: the CPU runs the default only.
+    for setting, env in (SETTINGS if cuda else {"default": {}}).items():
+        with tempfile.TemporaryDirectory() as logs:
+            if cuda and setting == "default":
+                env = {**env, "NCCL_DEBUG": "INFO",
+                       "NCCL_DEBUG_FILE": f"{logs}/nccl.%h.%p.log"}
+            with environment(env):
+                runs[setting] = spawn(worker, world, "nccl" if cuda else "gloo",
+                                      config)
+            if cuda and setting == "default":
+                debug = nccl_debug_lines(Path(logs))
+    r = runs["default"]
+    clock = "cuda_event" if cuda else "host clock"
+    method = f"{clock}, max over {world} ranks per sample, interleaved rounds"
     default = next(iter(VARIANTS))
-    for name, samples in r["steps"].items():
+    steps = slowest_rank([r["saved"][f"steps-{k}.pt"] for k in range(world)])
+    for name, samples in steps.items():
         case = {"variant": name, "gpus": world}
         lab.keep_samples([s * 1e3 for s in samples], case=case,
                          metric="step", unit="ms", method=method)
@@ -201,11 +294,12 @@ def measure(lab) -> None:
             continue
         # Step i of both variants ran in round i: a paired ratio per round.
         lab.keep_samples(
-            [a / b for a, b in zip(samples, r["steps"][default], strict=True)],
+            [a / b for a, b in zip(samples, steps[default], strict=True)],
             case=case, metric="vs_default", unit="x",
             method=f"paired ratio {name} / {default}, {method}")
+    keep_contention(lab, runs, world, method)
     lab.note("bucket sizes, default (MiB, in all-reduce order)",
-             [round(s / 2**20, 2) for s in r["buckets"][next(iter(VARIANTS))]])
+             [round(s / 2**20, 2) for s in r["buckets"][default]])
     params = config["layers"] * (config["width"] ** 2 + config["width"])
     lab.note("model", f"{config['layers']} x Linear({config['width']}, "
              f"{config['width']}), {params * 4 / 2**20:.0f} MiB of fp32 "
@@ -234,7 +328,40 @@ def measure(lab) -> None:
     if debug:
         lab.note("NCCL_DEBUG=INFO, rank 0 (selected lines)", debug)
     lab.note("median step, no communication (ms)",
-             round(statistics.median(r["steps"]["no communication"]) * 1e3, 3))
+             round(statistics.median(steps["no communication"]) * 1e3, 3))
+
+
+def keep_contention(lab, runs: dict, world: int, method: str) -> None:
+    """Per NCCL setting: what communicating costs the step (paired, round by
+    round, against no communication in the same processes), and how much
+    longer the GEMMs that overlapped an all-reduce ran than the same GEMMs
+    of a step without communication (all ranks' traces pooled)."""
+    default = next(iter(VARIANTS))
+    for setting, r in runs.items():
+        steps = slowest_rank([r["saved"][f"steps-{k}.pt"]
+                              for k in range(world)])
+        case = {"part": "contention", "nccl": setting, "gpus": world}
+        lab.keep_samples(
+            [a / b for a, b in zip(steps[default], steps["no communication"],
+                                   strict=True)],
+            case=case, metric="comm_cost", unit="x",
+            method=f"paired ratio {default} / no communication, {method}")
+        pooled = {"overlapped": [], "alone": []}
+        for k in range(world):
+            for pair in r["saved"].get(f"gemm-{k}.pt", []):
+                for where, ratios in pair.items():
+                    pooled[where] += ratios
+        for where, ratios in pooled.items():
+            if ratios:  # a GPU's traces; none on the CPU
+                lab.keep_samples(
+                    ratios, case=case, metric=f"gemm_{where}", unit="x",
+                    method="each GEMM's duration with communication over the "
+                           "same GEMM's without, profiler traces of every "
+                           "rank, alternating order")
+    if len(runs) > 1:
+        lab.note("NCCL settings", {k: " ".join(f"{a}={b}" for a, b in
+                                               v.items()) or "NCCL's own"
+                                   for k, v in SETTINGS.items()})
 
 
 def main(argv=None) -> int:
