@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+# --8<-- [start:choice]
 #: One line per enqueued collective (enqueue.cc).
 CHOICE = re.compile(
     r"(\w+): (\d+) Bytes -> Algo (\S+) proto (\S+)"
@@ -53,6 +54,9 @@ def parse_choices(lines: list[str]) -> dict[tuple[str, int], dict]:
             "algo": algo, "proto": proto,
             "channels": None if lo is None else int(hi) - int(lo) + 1}
     return out
+
+
+# --8<-- [end:choice]
 
 
 def parse_cost_table(lines: list[str]) -> dict[str, dict[tuple[str, str], tuple[float, float]]]:
