@@ -262,7 +262,7 @@ def measure(lab) -> None:
     config = {"width": 2048 if full else 256, "layers": 24 if full else 6,
               "tokens": 8192 if full else 256, "reps": 30 if full else 5,
               "trace_rounds": 4 if full else 2}
-    runs = {}
+    runs, failed = {}, {}
     debug = []
     # NCCL's variables mean nothing to gloo: the CPU runs the default only.
     for setting, env in (SETTINGS if cuda else {"default": {}}).items():
@@ -270,9 +270,16 @@ def measure(lab) -> None:
             if cuda and setting == "default":
                 env = {**env, "NCCL_DEBUG": "INFO",
                        "NCCL_DEBUG_FILE": f"{logs}/nccl.%h.%p.log"}
-            with environment(env):
-                runs[setting] = spawn(worker, world, "nccl" if cuda else "gloo",
-                                      config)
+            try:
+                with environment(env):
+                    runs[setting] = spawn(worker, world,
+                                          "nccl" if cuda else "gloo", config)
+            except Exception as exc:  # a setting this NCCL refuses, say
+                if setting == "default":
+                    raise
+                failed[setting] = (f"{type(exc).__name__}: "
+                                   f"{(str(exc).strip() or '?').splitlines()[-1]}"
+                                   [:300])
             if cuda and setting == "default":
                 debug = nccl_debug_lines(Path(logs))
     r = runs["default"]
@@ -297,7 +304,7 @@ def measure(lab) -> None:
             [a / b for a, b in zip(samples, steps[default], strict=True)],
             case=case, metric="vs_default", unit="x",
             method=f"paired ratio {name} / {default}, {method}")
-    keep_contention(lab, runs, world, method)
+    keep_contention(lab, runs, world, method, failed)
     lab.note("bucket sizes, default (MiB, in all-reduce order)",
              [round(s / 2**20, 2) for s in r["buckets"][default]])
     params = config["layers"] * (config["width"] ** 2 + config["width"])
@@ -331,7 +338,8 @@ def measure(lab) -> None:
              round(statistics.median(steps["no communication"]) * 1e3, 3))
 
 
-def keep_contention(lab, runs: dict, world: int, method: str) -> None:
+def keep_contention(lab, runs: dict, world: int, method: str,
+                    failed: dict[str, str]) -> None:
     """Per NCCL setting: what communicating costs the step (paired, round by
     round, against no communication in the same processes), and how much
     longer the GEMMs that overlapped an all-reduce ran than the same GEMMs
@@ -358,7 +366,9 @@ def keep_contention(lab, runs: dict, world: int, method: str) -> None:
                     method="each GEMM's duration with communication over the "
                            "same GEMM's without, profiler traces of every "
                            "rank, alternating order")
-    if len(runs) > 1:
+    for setting, message in failed.items():
+        lab.note(f"setting failed: {setting}", message)
+    if len(SETTINGS) > 1 and lab.cuda:
         lab.note("NCCL settings", {k: " ".join(f"{a}={b}" for a, b in
                                                v.items()) or "NCCL's own"
                                    for k, v in SETTINGS.items()})
