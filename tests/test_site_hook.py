@@ -1012,11 +1012,14 @@ def test_durations_read_as_a_reader_says_them():
 
 
 def test_a_claim_or_value_reads_the_selected_rows_that_have_its_metric():
-    """A filter naming fewer keys than a case may select rows of other metrics as well (a case
-    refined by one more key): the rows that have the metric are the ones read; where none has
-    it, every row is kept, so that the missing metric is still reported."""
+    """A filter naming fewer keys than a case may select rows of another case layout (a case
+    refined by one more key): those are left out. A row of the metric's own layout that lacks
+    it stays, and so do all rows where none has it, so that the missing figure is reported."""
     counted = figures.GroupRow(case={"layers": 4, "grad_mode": "no_grad"}, metrics={"ops": object()})
     timed = figures.GroupRow(case={"layers": 4}, metrics={"step": object(), "waits": object()})
     assert figures.with_metric([counted, timed], "waits") == [timed]
-    assert figures.with_metric([counted, timed], "ops") == [counted]
+    assert figures.with_metric([counted, timed], "ops") == [counted, timed]
     assert figures.with_metric([counted, timed], "typo") == [counted, timed]
+    baseline = figures.GroupRow(case={"layers": 4, "mode": "eager"}, metrics={"step": object()})
+    compiled = figures.GroupRow(case={"layers": 4, "mode": "graph"}, metrics={"step": object(), "speedup": object()})
+    assert figures.with_metric([baseline, compiled], "speedup") == [baseline, compiled]

@@ -127,10 +127,14 @@ def select(group: Group, where: dict[str, Scalar]) -> list[GroupRow]:
 
 
 def with_metric(rows: list[GroupRow], name: str) -> list[GroupRow]:
-    """The selected rows that measured ``name``: a filter that names fewer keys than a case
-    has may also select rows of other metrics (a case refined by one more key). Where none
-    has it, all of them, so that the metric's absence is still reported."""
-    return [r for r in rows if name in r.metrics] or rows
+    """The selected rows a figure of ``name`` is read from. A filter that names fewer keys
+    than a case has may also select rows of another case layout, refined by a key that no
+    row with the metric has (counts per grad mode beside the step's timings): those are
+    left out. A row of the metric's own layout that lacks it stays, so that the missing
+    figure is still reported, as is a metric that no row has."""
+    have = [r for r in rows if name in r.metrics]
+    keys = {k for r in have for k in r.case}
+    return [r for r in rows if name in r.metrics or not have or set(r.case) <= keys]
 
 
 def metric(group: Group, row: GroupRow, name: str) -> Figure:
