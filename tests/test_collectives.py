@@ -220,7 +220,7 @@ def test_rank_teardown_frees_ddp_before_the_process_group():
 
 
 # -- NCCL's TUNING log: what it chose and what it modelled ---------------------
-from examples.collectives import nccl_log  # noqa: E402
+from examples.collectives import _nccl_log as nccl_log  # noqa: E402
 
 # Rank 0's lines as NCCL 2.28.9 wrote them on two H200s (the ddp_probe record's
 # notes), with the prefix NCCL_DEBUG_FILE lines carry.

@@ -187,7 +187,7 @@ def fit_worlds(gpus: int) -> list[int]:
 def nccl_modelled_latency(lines: list[str]) -> dict[str, float]:
     """NCCL's own latency (us) for an all-reduce, per algorithm/protocol,
     from the cost table rank 0 logged (0 means NCCL disabled it here)."""
-    from examples.collectives.nccl_log import parse_cost_table
+    from examples.collectives._nccl_log import parse_cost_table
 
     row = parse_cost_table(lines).get("AllReduce", {})
     return {f"{algo}/{proto}": lat for (algo, proto), (lat, bw) in row.items()
@@ -271,7 +271,7 @@ def keep_fit(lab, config: dict, p: int, graphed_p: list[float]) -> None:
     from a separate pair of processes, because its host-timed ways would pay
     for a log line on every call.
     """
-    from examples.collectives.nccl_log import (
+    from examples.collectives._nccl_log import (
         choice_for, nccl_choices, parse_choices, read_logs, tuning_log)
 
     smallest = config["sizes"][0]

@@ -311,7 +311,7 @@ def _keep_choices(lab, p: int, nbytes: int, timed) -> None:
     Asked in a separate group of processes with NCCL's TUNING log on (the
     timed ones must not write a line per call), at the same sizes.
     """
-    from examples.collectives.nccl_log import (
+    from examples.collectives._nccl_log import (
         NCCL_NAMES, choice_for, nccl_choices, parse_choices)
 
     names = [n for n in timed if n in NCCL_NAMES]  # all_to_all: send/recv
