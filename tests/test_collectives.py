@@ -341,9 +341,12 @@ def test_environment_sets_and_restores(monkeypatch):
     import os
     monkeypatch.delenv("NCCL_MAX_CTAS", raising=False)
     monkeypatch.setenv("NCCL_DEBUG", "WARN")
-    with ddp.environment({"NCCL_MAX_CTAS": "2", "NCCL_DEBUG": "INFO"}):
+    monkeypatch.setenv("NCCL_ALGO", "Tree")
+    with nccl_log.environment({"NCCL_MAX_CTAS": "2", "NCCL_DEBUG": "INFO", "NCCL_ALGO": None}):
         assert os.environ["NCCL_MAX_CTAS"] == "2" and os.environ["NCCL_DEBUG"] == "INFO"
+        assert "NCCL_ALGO" not in os.environ  # None: unset for the processes inside
     assert "NCCL_MAX_CTAS" not in os.environ and os.environ["NCCL_DEBUG"] == "WARN"
+    assert os.environ["NCCL_ALGO"] == "Tree"
     assert ddp.SETTINGS["default"] == {} and ddp.SETTINGS["NCCL_MAX_CTAS=2"] == {"NCCL_MAX_CTAS": "2"}
 
 
@@ -361,3 +364,10 @@ def test_ddp_overlap_record_on_gloo():
     # gloo: NCCL's settings mean nothing, so the default only; no traces on the CPU.
     assert [(r.case["nccl"], set(r.metrics)) for r in contention] == [("default", {"comm_cost"})]
     assert contention[0].metrics["comm_cost"].n == 5
+
+
+def test_a_refused_setting_is_one_line_from_the_ranks_own_message():
+    exc = RuntimeError("process 1 terminated with exit code 1\n...\nncclInvalidUsage: bad NCCL_MAX_CTAS")
+    assert nccl_log.refusal(exc) == "RuntimeError: ncclInvalidUsage: bad NCCL_MAX_CTAS"
+    assert nccl_log.refusal(ValueError("")) == "ValueError: ?"
+    assert len(nccl_log.refusal(RuntimeError("x" * 1000))) == 300

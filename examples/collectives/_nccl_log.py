@@ -88,20 +88,38 @@ def parse_cost_table(lines: list[str]) -> dict[str, dict[tuple[str, str], tuple[
 
 
 @contextlib.contextmanager
-def tuning_log(folder: str):
-    """NCCL_DEBUG=INFO, TUNING only, into files in ``folder``, for the
-    processes started inside; the caller's own variables come back after."""
-    settings = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING",
-                "NCCL_DEBUG_FILE": f"{folder}/nccl.%h.%p.log"}
+def environment(settings: dict[str, str | None]):
+    """These variables (``None``: unset) for the processes started inside;
+    the caller's own come back after. NCCL reads its variables when a
+    process creates its communicator, so they are set around the spawn."""
     saved = {k: os.environ.get(k) for k in settings}
-    os.environ.update(settings)
+
+    def put(values: dict[str, str | None]) -> None:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    put(settings)
     try:
         yield
     finally:
-        for k, v in saved.items():
-            os.environ.pop(k, None)
-            if v is not None:
-                os.environ[k] = v
+        put(saved)
+
+
+def tuning_log(folder: str):
+    """NCCL_DEBUG=INFO, TUNING only, into files in ``folder``, for the
+    processes started inside (:func:`environment`)."""
+    return environment({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING",
+                        "NCCL_DEBUG_FILE": f"{folder}/nccl.%h.%p.log"})
+
+
+def refusal(exc: Exception) -> str:
+    """A setting NCCL refused, in one line: a spawn's error ends with the
+    rank's own message, so its last line says why."""
+    text = str(exc).strip() or "?"
+    return f"{type(exc).__name__}: {text.splitlines()[-1]}"[:300]
 
 
 def read_logs(folder: str | Path) -> list[str]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import statistics
 import sys
@@ -29,6 +28,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from examples.collectives._nccl_log import environment, refusal
 from examples.collectives.ring_allreduce import lined_up, spawn
 from examples.lab.timing import measure_rounds, round_order
 
@@ -230,18 +230,6 @@ SETTINGS = {
 }
 
 
-@contextlib.contextmanager
-def environment(settings: dict[str, str]):
-    """These variables for the processes started inside, then restored."""
-    saved = {k: os.environ.get(k) for k in settings}
-    os.environ.update(settings)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.update({k: v})
-
-
 # --8<-- [end:settings]
 
 
@@ -277,9 +265,7 @@ def measure(lab) -> None:
             except Exception as exc:  # a setting this NCCL refuses, say
                 if setting == "default":
                     raise
-                failed[setting] = (f"{type(exc).__name__}: "
-                                   f"{(str(exc).strip() or '?').splitlines()[-1]}"
-                                   [:300])
+                failed[setting] = refusal(exc)
             if cuda and setting == "default":
                 debug = nccl_debug_lines(Path(logs))
     r = runs["default"]

@@ -37,6 +37,7 @@ from examples.collectives.ddp_overlap import (
     recording_hook,
     train_step,
 )
+from examples.collectives._nccl_log import CHOICE, environment, payload, read_logs, refusal
 from examples.collectives.ring_allreduce import lined_up, spawn
 from examples.collectives.ring_model import bus_bandwidth
 from examples.lab.timing import measure_rounds
@@ -337,30 +338,19 @@ NCCL_VARIABLES = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_DEBUG",
                   "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
 
 
-@contextlib.contextmanager
 def nccl_environment(settings: dict[str, str]):
     """Exactly these NCCL_VARIABLES for the processes started inside."""
     if not set(settings) <= set(NCCL_VARIABLES):
         raise ValueError(f"not one of NCCL_VARIABLES: {settings}")
-    saved = {k: os.environ.pop(k, None) for k in NCCL_VARIABLES}
-    os.environ.update(settings)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k, None)
-            if v is not None:
-                os.environ[k] = v
+    return environment({k: settings.get(k) for k in NCCL_VARIABLES})
 
 
 # --8<-- [end:probes]
 
 
 # -- NCCL_DEBUG_SUBSYS=TUNING -------------------------------------------------
-#: enqueue.cc, rank 0, every collective: "AllReduce: 33554432 Bytes -> Algo
-#: RING proto SIMPLE channel{Lo..Hi}={0..23}"; tuning.cc, at init, the cost
-#: model's table: "Algorithm |", "Protocol |", one row per collective.
-CHOICE = re.compile(r"(\w+): (\d+) Bytes -> Algo (\S+) proto (\S+)")
+#: tuning.cc, at init, the cost model's table: "Algorithm |", "Protocol |",
+#: one row per collective (each enqueued collective's choice: _nccl_log.CHOICE).
 TABLE = re.compile(r"^\s*(Algorithm|Protocol|AllReduce)\s+\|")
 
 
@@ -368,10 +358,10 @@ def tuning_lines(texts: list[str], limit: int = 10) -> list[str]:
     """The table's first block, then each all-reduce size's choice, once."""
     table, choices, seen = {}, [], set()
     for line in texts:
-        text = line.split(" NCCL INFO ", 1)[-1].rstrip()
+        text = payload(line)
         choice = CHOICE.search(text)
         if choice:
-            func, nbytes, algo, proto = choice.groups()
+            func, nbytes, algo, proto = choice.group(1, 2, 3, 4)
             new = (nbytes, algo, proto) not in seen
             if func == "AllReduce" and int(nbytes) >= 1024 and new:
                 seen.add((nbytes, algo, proto))  # >= 1 KiB: not barriers
@@ -381,11 +371,6 @@ def tuning_lines(texts: list[str], limit: int = 10) -> list[str]:
         if row and row.group(1) not in table:
             table[row.group(1)] = text
     return (list(table.values()) + choices)[:limit]
-
-
-def read_logs(folder: Path) -> list[str]:
-    return [line for f in sorted(folder.glob("nccl.*.log"))
-            for line in f.read_text(errors="replace").splitlines()]
 
 
 # -- from both ranks' steps to figures ----------------------------------------
@@ -588,9 +573,7 @@ def measure(lab) -> None:
         except Exception as exc:  # a forced choice NCCL refuses, say
             if setting == "default":
                 raise
-            failed[setting] = (f"{type(exc).__name__}: "
-                               f"{(str(exc).strip() or '?').splitlines()[-1]}"
-                               [:300])
+            failed[setting] = refusal(exc)
 
     # Correctness first: nothing is kept from a run that fails a check.
     saved = ddp["saved"]
