@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from examples.compile.fusion import (
-    Traffic, min_bytes, per_call, pointwise_chain, predicted_speedup, roofline_time, softmax_by_hand,
+    Traffic, min_bytes, pointwise_chain, predicted_speedup, roofline_time, softmax_by_hand,
 )
 
 
@@ -45,31 +45,6 @@ def test_roofline_time_takes_the_slower_side():
 def test_softmax_by_hand_is_softmax():
     x = torch.randn(7, 33, dtype=torch.float64)
     torch.testing.assert_close(softmax_by_hand(x), torch.softmax(x, dim=-1))
-
-
-def _event(start, duration, device="CUDA", annotation=False):
-    from types import SimpleNamespace
-
-    from torch.autograd import DeviceType
-    from torch.autograd.profiler_util import Interval
-
-    return SimpleNamespace(time_range=Interval(start, start + duration),
-                           device_type=getattr(DeviceType, device), is_user_annotation=annotation)
-
-
-def test_per_call_sums_each_calls_kernels_in_start_order():
-    # Two calls of two kernels (10 + 1 us, then 20 + 2 us), listed out of order,
-    # with a host event and a GPU annotation (spanning a call) that are not kernels.
-    events = [_event(30, 20), _event(0, 10), _event(55, 2), _event(12, 1),
-              _event(5, 1, device="CPU"), _event(0, 13, annotation=True)]
-    assert per_call(events, 2) == ([11.0, 22.0], 2)
-
-
-def test_per_call_refuses_calls_with_different_kernels():
-    with pytest.raises(RuntimeError, match="3 GPU events for 2 calls"):
-        per_call([_event(0, 1), _event(2, 1), _event(4, 1)], 2)
-    with pytest.raises(RuntimeError, match="0 GPU events"):
-        per_call([_event(0, 1, device="CPU")], 1)
 
 
 def test_graph_breaks_found_and_fixed():

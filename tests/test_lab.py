@@ -722,6 +722,34 @@ def test_compared_variants_are_interleaved_in_rounds_and_ratios_are_paired():
     assert rows["triton"]["speedup"].unit == "x" and rows["triton"]["speedup"].n == 4
 
 
+def test_compare_rows_keeps_each_variant_in_its_own_row_with_paired_ratios(monkeypatch):
+    """Variants of different cases, timed in the same interleaved rounds; the baseline
+    has no row of its own, and a ratio pairs the baseline's sample with the variant's
+    sample of the same round (times a factor)."""
+    from examples.lab import timing
+    from examples.lab.harness import Lab
+
+    seconds = {"copy": [1.0, 2.0, 4.0], "gemv": [2.0, 2.0, 2.0]}  # the copy drifts, the GEMV not
+    monkeypatch.setattr(timing, "measure_interleaved", lambda fns, **kw: {n: seconds[n] for n in fns})
+    lab = Lab(CPU, quick=True)
+    try:
+        kept = lab.compare_rows({"copy": lambda: None, "gemv": lambda: None},
+                                {"gemv": ({"level": "gemv", "n": 64}, "time")}, baseline="copy",
+                                ratios={"gemv": ({"level": "gemv", "n": 64}, "fraction_of_copy", 3.0)},
+                                unit="ms")
+        with pytest.raises(ValueError, match="need a baseline"):
+            lab.compare_rows({"a": lambda: None}, {}, ratios={"a": ({}, "r", 1.0)})
+    finally:
+        lab.load.stop()
+    assert list(kept) == ["gemv"] and kept["gemv"].median == 2000.0
+    (row,) = lab.rows()
+    assert row.case == {"level": "gemv", "n": 64}
+    ratio = row.metrics["fraction_of_copy"]
+    # 3 x copy / gemv, round by round: 1.5, 3, 6 (a ratio of medians would give 3 alone)
+    assert (ratio.min, ratio.median, ratio.max, ratio.n) == (1.5, 3.0, 6.0, 3)
+    assert ratio.method.startswith("paired ratio copy / gemv")
+
+
 def test_a_topic_starts_from_the_same_state_whatever_ran_before(tmp_path):
     """Topics share a process: a switch one flips is put back, and noted in its record."""
     from examples.lab.harness import run_measurement
@@ -833,7 +861,7 @@ def test_kernel_timer_cuts_the_profiled_schedule_by_each_calls_gpu_work(monkeypa
     """The 'kernel' timer profiles each call alone to count its GPU operations,
     then cuts one profiled schedule by those counts: a flush before each sample
     is dropped, and each sample is its own operations' durations over ``inner``."""
-    from examples.lab import timing
+    from examples.lab.kernels import GpuOp
 
     ops = {"flush": [7_000], "a": [1_000, 2_000], "b": [5_000]}  # ns per GPU operation
     ran: list[int] = []
@@ -848,10 +876,10 @@ def test_kernel_timer_cuts_the_profiled_schedule_by_each_calls_gpu_work(monkeypa
     def events(work):
         ran.clear()
         work()
-        return [(i, d) for i, d in enumerate(ran)]
+        return [GpuOp(i, d, "kernel") for i, d in enumerate(ran)]
 
     monkeypatch.setattr(timing, "L2Flusher", Flush)
-    monkeypatch.setattr(timing, "_gpu_events", events)
+    monkeypatch.setattr(timing, "gpu_operations", events)
     fns = {"a": lambda: ran.extend(ops["a"]), "b": lambda: ran.extend(ops["b"])}
     samples = timing.measure_kernels(fns, device=torch.device("cuda"), rounds=[["a", "b"], ["b", "a"]],
                                      inner=2, flush_l2=True)

@@ -161,8 +161,10 @@ def measure(lab) -> None:
                                  nbytes / copy_bytes)
             if n == sizes[-1]:
                 lab.note(f"{level} kernels", kernels_of(fns[level], lab.device))
-        times = interleaved(lab, calls, rows, baseline="copy", ratios=ratios,
-                            flush_l2=True)
+        # The levels and the copy in alternating rounds, by the GPU's own
+        # durations of their kernels; each level kept under its own case.
+        times = lab.compare_rows(calls, rows, baseline="copy", ratios=ratios,
+                                 timer="kernel", flush_l2=True)
         for level, t in times.items():
             keep(lab, cases[level], t, *traffic(level, n, itemsize))
             # The same call timed as a reader would from Python: events
@@ -175,35 +177,6 @@ def measure(lab) -> None:
                 lab.value(case=cases[level], metric="one_call_vs_kernel",
                           value=one.median / t.median, unit="x")
     del src, dst
-
-
-def interleaved(lab, calls, rows, *, baseline, ratios, flush_l2):
-    """Time ``calls`` (name -> fn) in alternating rounds by the GPU's own
-    durations of their kernels, as ``lab.compare`` does, but keep each
-    where ``rows`` says (name -> (case, metric)): the levels differ in
-    more than one key of their case, and the baseline is no row.
-
-    ``ratios`` (name -> (case, metric, factor)) keeps ``factor`` times the
-    baseline's sample over the other's sample *of the same round*, the
-    median and spread of those paired ratios. Returns name -> Metric.
-    """
-    from examples.lab import timing
-
-    timer = "kernel" if lab.cuda else "host_sync"
-    seconds = timing.measure_interleaved(
-        calls, device=lab.device, timer=timer, warmup=lab.warmup,
-        repetitions=lab.repetitions, flush_l2=flush_l2)
-    method = f"{timer}, interleaved rounds"
-    kept = {}
-    for name, (case, metric) in rows.items():
-        kept[name] = lab.keep_samples(
-            [s * 1e6 for s in seconds[name]], case=case, metric=metric,
-            unit="us", method=method, warmup=lab.warmup, inner=1)
-    for name, (case, metric, factor) in ratios.items():
-        pairs = [factor * b / v for b, v in zip(seconds[baseline], seconds[name])]
-        lab.keep_samples(pairs, case=case, metric=metric, unit="x",
-                         method=f"paired ratio {baseline} / {name}, {method}")
-    return kept
 
 
 def keep(lab, case, t, flops, nbytes) -> None:

@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from examples.lab.timing import ops_per_call
+
 aten = torch.ops.aten
 MATMULS = {aten.mm.default, aten.addmm.default, aten.bmm.default,
            aten.baddbmm.default}
@@ -152,178 +154,6 @@ def predicted_speedup(kernels, fused_bytes, bandwidth, rate):
 # --8<-- [end:predict]
 
 
-# --8<-- [start:kernel_time]
-def kernel_time(fn, calls: int) -> tuple[list[float], int]:
-    """Microseconds of GPU work in each of ``calls`` calls of ``fn``, and
-    how many kernels (memory copies and sets included) one call ran.
-
-    The profiler (CUPTI) gives each kernel's duration; summing one call's
-    leaves out what the host does around them (guards, launches) and the
-    GPU's idle time between them.
-    """
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    return per_call(prof.events(), calls)
-
-
-def per_call(events, calls: int) -> tuple[list[float], int]:
-    """Split the GPU's events, in start order, into ``calls`` equal groups
-    (every call runs the same kernels) and sum each group's durations."""
-    from torch.autograd import DeviceType
-
-    spans = sorted((e.time_range.start, e.time_range.elapsed_us())
-                   for e in events if e.device_type == DeviceType.CUDA
-                   and not getattr(e, "is_user_annotation", False))
-    kernels, rest = divmod(len(spans), calls)
-    if kernels == 0 or rest:
-        raise RuntimeError(f"{len(spans)} GPU events for {calls} calls: "
-                           "not the same kernels in every call")
-    durations = [d for _, d in spans]
-    return [sum(durations[i : i + kernels])
-            for i in range(0, len(durations), kernels)], kernels
-
-
-# --8<-- [end:kernel_time]
-
-
-# --8<-- [start:interleaved]
-def interleaved(lab, variants, rows, *, baseline=None, ratios=None,
-                kernels=False, flush_l2=False, unit="us", warmup=None,
-                repetitions=None):
-    """Time ``variants`` (name -> fn) against each other in rounds, one
-    call of each per round, forward then backward (A B, B A, ...), as
-    ``lab.compare`` does, so that drift in clocks and heat falls on all
-    alike; but keep each where ``rows`` says (name -> (case, metric)), so
-    that variants of different cases (sizes, intensities) or of different
-    metrics in one row can be compared.
-
-    ``ratios`` (name -> (case, metric, factor)) keeps ``factor`` times the
-    baseline's sample over the variant's sample *of the same round*: the
-    median and spread of paired ratios. ``kernels=True`` times, on a GPU,
-    the kernels' own durations (CUPTI) summed per call, which leave out the
-    host's share of a call. Returns name -> Metric, and name -> kernels per
-    call (``None`` where the profiler did not count them).
-    """
-    from examples.lab import timing
-
-    warmup = lab.warmup if warmup is None else warmup
-    repetitions = lab.repetitions if repetitions is None else repetitions
-    counts = dict.fromkeys(variants)
-    if kernels and lab.cuda:
-        samples, counts = kernel_rounds(variants, warmup, repetitions,
-                                        flush_l2, lab.device)
-        method = "CUPTI kernel durations, summed per call, interleaved rounds"
-    else:
-        seconds = timing.measure_interleaved(
-            variants, device=lab.device, timer=lab.timer, warmup=warmup,
-            repetitions=repetitions, flush_l2=flush_l2)
-        samples = {n: [s * 1e6 for s in v] for n, v in seconds.items()}
-        method = f"{lab.timer}, interleaved rounds"
-    scale = {"s": 1e-6, "ms": 1e-3, "us": 1.0, "ns": 1e3}[unit]
-    kept = {}
-    for name, (case, metric) in rows.items():
-        kept[name] = lab.keep_samples(
-            [s * scale for s in samples[name]], case=case, metric=metric,
-            unit=unit, method=method, warmup=warmup, inner=1)
-    for name, (case, metric, factor) in (ratios or {}).items():
-        pairs = [factor * b / v
-                 for b, v in zip(samples[baseline], samples[name])]
-        lab.keep_samples(pairs, case=case, metric=metric, unit="x",
-                         method=f"paired ratio {baseline} / {name}, {method}")
-    return kept, counts
-
-
-#: Idle seconds around the calls that count each variant's kernels.
-GAP_S = 0.02
-
-
-def kernel_rounds(variants, warmup, repetitions, flush_l2, device):
-    """Microseconds of each variant's kernels per call, in interleaved
-    rounds, all in one profiler session; and kernels per call.
-
-    The session opens with one call of each variant alone, between idle
-    gaps: the GPU's events split at the gaps say how many kernels a call
-    of each variant runs (and the L2 flush, if any), which then splits the
-    rounds, where calls follow each other without a gap.
-    """
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    from examples.lab.timing import L2Flusher, round_order
-
-    names = list(variants)
-    flusher = L2Flusher(device) if flush_l2 else None
-
-    def call(name):
-        if flusher:
-            flusher()
-        variants[name]()
-
-    for r in range(warmup):
-        for name in round_order(names, r):
-            call(name)
-    torch.cuda.synchronize()
-    order = [n for r in range(repetitions) for n in round_order(names, r)]
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for name in names:  # alone, between gaps: the counts
-            for step in ((flusher,) if flusher else ()) + (variants[name],):
-                step()
-                torch.cuda.synchronize()
-                time.sleep(GAP_S)
-        for name in order:
-            call(name)
-        torch.cuda.synchronize()
-    spans = sorted((e.time_range.start, e.time_range.end)
-                   for e in prof.events() if e.device_type == DeviceType.CUDA
-                   and not getattr(e, "is_user_annotation", False))
-    groups, last = [], None
-    probes = len(names) * (2 if flusher else 1)
-    for start, end in spans:
-        if len(groups) <= probes and (
-                last is None or start - last > GAP_S * 1e6 / 2):
-            groups.append([])
-        groups[-1].append((start, end))
-        last = end
-    if len(groups) != probes + 1:
-        raise RuntimeError(f"{len(groups) - 1} groups of GPU events where "
-                           f"{probes} calls ran alone")
-    sizes = [len(g) for g in groups[:probes]]
-    flush = sizes[0] if flusher else 0
-    counts = dict(zip(names, sizes[1::2] if flusher else sizes))
-    rounds = groups[-1]
-    if len(rounds) != sum(flush + counts[n] for n in order):
-        raise RuntimeError(f"{len(rounds)} GPU events in the rounds: not "
-                           "the same kernels in every call of a variant")
-    samples = {name: [] for name in names}
-    i = 0
-    for name in order:  # a call's flush runs first: skip its events
-        i += flush
-        samples[name].append(sum(e - s for s, e in rounds[i:i + counts[name]]))
-        i += counts[name]
-    return samples, counts
-
-
-# --8<-- [end:interleaved]
-
-
-def time_per_call(lab, fn, case, metric):
-    """Keep ``fn``'s time per call as ``metric``: on a GPU its kernels'
-    durations (returns the kernels per call too), on a CPU the host clock."""
-    if not lab.cuda:
-        return lab.time(fn, case=case, metric=metric), None
-    for _ in range(lab.warmup):
-        fn()
-    samples, kernels = kernel_time(fn, lab.repetitions)
-    kept = lab.keep_samples(samples, case=case, metric=metric, unit="us",
-                            method="CUPTI kernel durations, summed per call",
-                            warmup=lab.warmup, inner=1)
-    return kept, kernels
-
-
 def ends(t: torch.Tensor, count: int = 2**20) -> torch.Tensor:
     """The first and last ``count`` elements of ``t`` (all, if fewer)."""
     flat = t.reshape(-1)
@@ -347,8 +177,8 @@ def measure(lab) -> None:
     n = 2**18 if lab.quick else 2**28
     src = torch.randn(n, generator=g, device=lab.device)
     dst = torch.empty_like(src)
-    copy, _ = time_per_call(lab, lambda: dst.copy_(src),
-                            {"pattern": "copy"}, "kernel_time")
+    copy = lab.time(lambda: dst.copy_(src), case={"pattern": "copy"},
+                    metric="kernel_time", timer="kernel")
     bandwidth = 2 * 4 * n / (copy.median / 1e6)
     lab.value(case={"pattern": "copy"}, metric="bandwidth",
               value=bandwidth / 1e9, unit="GB/s")
@@ -356,8 +186,8 @@ def measure(lab) -> None:
     m = 256 if lab.quick else 8192
     dt = torch.bfloat16 if lab.cuda else torch.float32
     a = torch.randn(m, m, generator=g, device=lab.device).to(dt)
-    gemm, _ = time_per_call(lab, lambda: a @ a, {"pattern": "gemm"},
-                            "kernel_time")
+    gemm = lab.time(lambda: a @ a, case={"pattern": "gemm"},
+                    metric="kernel_time", timer="kernel")
     rate = 2 * m**3 / (gemm.median / 1e6)
     lab.value(case={"pattern": "gemm"}, metric="rate", value=rate / 1e12,
               unit="TFLOP/s")
@@ -393,19 +223,23 @@ def measure(lab) -> None:
                   value=predicted)
         lab.value(case=case, metric="compile_time", value=compile_s,
                   unit="s")
-        # Eager and compiled in alternating rounds; the speedup is the
-        # median of the paired ratios eager / compiled of one round.
-        times, kernels = interleaved(
-            lab, {"eager": lambda: fn(*args),
-                  "compiled": lambda: compiled(*args)},
+        # --8<-- [start:kernel_time]
+        # Eager and compiled in alternating rounds, each sample the summed
+        # durations of the GPU operations of one call (the kernel timer);
+        # the speedup is the median of the paired ratios eager / compiled
+        # of one round.
+        eager_call, compiled_call = lambda: fn(*args), lambda: compiled(*args)
+        times = lab.compare_rows(
+            {"eager": eager_call, "compiled": compiled_call},
             {"eager": (case, "eager_kernel_time"),
              "compiled": (case, "compiled_kernel_time")},
             baseline="eager", ratios={"compiled": (case, "speedup", 1.0)},
-            kernels=True)
+            timer="kernel")
+        # --8<-- [end:kernel_time]
         fused_t = times["compiled"]
-        if kernels["compiled"] is not None:
+        if lab.cuda:
             lab.value(case=case, metric="compiled_kernels",
-                      value=kernels["compiled"], unit="")
+                      value=ops_per_call(compiled_call), unit="")
         speedup = metric_of(lab, case, "speedup").median
         lab.value(case=case, metric="vs_prediction", unit="x",
                   value=speedup / predicted)

@@ -134,7 +134,9 @@ void swish_launch(const float* x, float* y, int64_t n, cudaStream_t s) {
   const bool aligned = (reinterpret_cast<uintptr_t>(x) % 16 == 0) &&
                        (reinterpret_cast<uintptr_t>(y) % 16 == 0);
   const int64_t work = aligned ? (n + 3) / 4 : n, threads = 256;
-  // 8 blocks of 256 threads an SM: 2048 threads, a full SM on Hopper.
+  // 8 blocks of 256 threads an SM: Hopper's 2048 threads, if each thread used
+  // at most 32 registers. It uses more, so fewer blocks fit at once and the
+  // grid runs in two waves (the page discusses what that costs).
   const int64_t blocks = std::min<int64_t>((work + threads - 1) / threads, 8LL * sms);
   swish_kernel<<<(unsigned)blocks, (unsigned)threads, 0, s>>>(x, y, n, aligned);
 }

@@ -58,6 +58,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from examples.lab.harness import Unavailable
+from examples.lab.kernels import kernel_names
 
 RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 #: (tokens, d, h): Llama 3 8B's feed-forward block, then a smaller one where
@@ -220,33 +221,21 @@ def measure_shape(lab, tokens: int, d: int, h: int) -> None:
 
 
 def kernel_ms(lab, step, case, names: bool = False) -> float | None:
-    """On a GPU, keep the kernels' durations summed per step (``kernel_time``):
-    against ``time``, it says whether the GPU or the host sets the pace. With
-    ``names``, note the kernels too, from the same profiler session."""
+    """On a GPU, keep the durations of one step's GPU operations, summed
+    (``kernel_time``, the harness's kernel timer): against ``time``, it says
+    whether the GPU or the host sets the pace. With ``names``, note the
+    kernels too."""
     if not lab.cuda:
         return None
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    from examples.compile.fusion import per_call
-
-    calls = lab.repetitions if lab.quick else REPETITIONS
     try:
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                step()
-            torch.cuda.synchronize()
-        events = prof.events()
-        samples, _ = per_call(events, calls)
+        kept = lab.time(step, case=case, metric="kernel_time", unit="ms", timer="kernel", warmup=0,
+                        repetitions=lab.repetitions if lab.quick else REPETITIONS)
     except RuntimeError as exc:  # an observation: a profiler that fails is noted
         lab.note(f"kernel_time, {case['recipe']}, tokens={case['tokens']}", str(exc)[:200])
         return None
     if names:
-        lab.note(f"kernels, {case['recipe']}, tokens={case['tokens']}",
-                 sorted({e.name[:120] for e in events if e.device_type == DeviceType.CUDA}))
-    return lab.keep_samples([s / 1e3 for s in samples], case=case, metric="kernel_time", unit="ms",
-                            method="CUPTI kernel durations, summed per step",
-                            inner=1).median
+        lab.note(f"kernels, {case['recipe']}, tokens={case['tokens']}", kernel_names(step))
+    return kept.median
 
 
 def shapes(lab) -> tuple[tuple[int, int, int], ...]:

@@ -30,6 +30,8 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
+from examples.lab.kernels import gpu_split
+
 #: Elements per Triton program; 8 per thread with the default 4 warps.
 BLOCK = 1024
 #: A size where a call costs its launches, not its bytes (host-bound on a GPU).
@@ -130,21 +132,6 @@ def graph_breaks(fn, *args) -> int:
     return torch._dynamo.explain(fn)(*args).graph_break_count
 
 
-def gpu_kernels_per_call(fn, *args, calls: int = 10) -> float:
-    """Kernel launches the profiler sees (CUDA activity only), per call of ``fn``."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn(*args)
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA
-               and not e.name.startswith(("Memcpy", "Memset"))]
-    return len(kernels) / calls
-
-
 def check_ops(lab) -> None:
     """Both Triton ops against the twin, in float32 and in bfloat16."""
     for dtype, tolerance in ((torch.float32, 1e-6), (torch.bfloat16, 1e-2)):
@@ -205,7 +192,7 @@ def measure_size(lab, n: int, dtype: torch.dtype) -> None:
     if lab.cuda:
         for name, fn in compiled.items():
             lab.value(case={"registration": name, "size": size}, metric="kernels_per_call",
-                      unit="", value=gpu_kernels_per_call(fn, a, b))
+                      unit="", value=gpu_split(lambda fn=fn: fn(a, b), 10, host_ops=False).kernels)
 
 
 def measure(lab) -> None:

@@ -195,6 +195,56 @@ class Lab:
         return results
     # --8<-- [end:compare]
 
+    def compare_rows(
+        self,
+        variants: dict[str, Callable[[], Any]],
+        rows: dict[str, tuple[dict[str, Scalar], str]],
+        *,
+        baseline: str | None = None,
+        ratios: dict[str, tuple[dict[str, Scalar], str, float]] | None = None,
+        unit: str = "us",
+        timer: str | None = None,
+        warmup: int | None = None,
+        repetitions: int | None = None,
+        flush_l2: bool = False,
+    ) -> dict[str, Metric]:
+        """:meth:`compare` for variants that are not the values of one key of one case
+        (sizes, levels, a baseline that is no row): the same interleaved rounds, but each
+        variant is kept where ``rows`` says, name -> (case, metric); a variant with no
+        row (a baseline) is timed for the ratios only.
+
+        ``ratios``, name -> (case, metric, factor), keeps ``factor`` times the baseline's
+        sample over the variant's sample *of the same round*: the median and spread of
+        paired ratios (``factor`` turns a ratio of times into one of rates, say).
+        """
+        if unit not in TIME_UNITS:
+            raise ValueError(f"unit {unit!r} is not a time unit")
+        if ratios and baseline not in variants:
+            raise ValueError(f"ratios need a baseline among the variants, not {baseline!r}")
+        timer = self._timer(timer)
+        warmup = self.warmup if warmup is None else warmup
+        runs = self.repetitions if repetitions is None else repetitions
+        described = " vs ".join(variants)
+        self._on_case(described)
+        began = _clock.monotonic()
+        samples = timing.measure_interleaved(
+            variants, device=self.device, timer=timer, warmup=warmup,
+            repetitions=runs, flush_l2=flush_l2)
+        ended = _clock.monotonic()
+        self._traced(began, ended, described)
+        self.load.window(began, ended)
+        method = f"{timer}, interleaved rounds"
+        kept = {}
+        for name, (case, metric) in rows.items():
+            kept[name] = self.keep_samples([s * TIME_UNITS[unit] for s in samples[name]], case=case,
+                                           metric=metric, unit=unit, method=method, warmup=warmup, inner=1)
+            self._windows[(_key(case), metric)] = (began, ended)
+        for name, (case, metric, factor) in (ratios or {}).items():
+            pairs = [factor * b / v for b, v in zip(samples[baseline], samples[name])]
+            self.keep_samples(pairs, case=case, metric=metric, unit="x",
+                              method=f"paired ratio {baseline} / {name}, {method}")
+        return kept
+
     def _timer(self, timer: str | None) -> str:
         """The timer asked for, or the run's; ``"kernel"`` (the GPU's own
         durations) means the host clock where there is no GPU to ask."""

@@ -1,7 +1,10 @@
-"""Which GPU kernels one call ran, by the names the profiler gives them.
+"""What the GPU ran during a call, read from the profiler (CUPTI): each operation's
+name, start and duration.
 
+The harness's kernel timer (:mod:`examples.lab.timing`) sums the durations; the
+profiler split of a step (:func:`gpu_split`) adds busy time, span and host time.
 Many examples note the kernels behind a library call (which cuBLAS or cuDNN
-kernel, split-K or not, which attention backend): the note is an observation
+kernel, split-K or not, which attention backend): that note is an observation
 for the reader, not a check, so a profiler that fails is noted, not raised.
 """
 from __future__ import annotations
@@ -12,16 +15,45 @@ from typing import Callable, NamedTuple
 import torch
 
 
-def kernel_names(fn: Callable[[], object], width: int = 120) -> list[str] | str:
-    """The distinct GPU kernels one call of ``fn`` launched, sorted, each name cut to ``width``."""
-    try:
-        from torch.profiler import ProfilerActivity, profile
+class GpuOp(NamedTuple):
+    """One operation the GPU ran: a kernel, a copy or a fill."""
 
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fn()
-            torch.cuda.synchronize()
-        return sorted({e.key[:width] for e in prof.key_averages()
-                       if str(e.device_type).endswith("CUDA")})
+    start_ns: int
+    duration_ns: int
+    name: str  # as the profiler's tables show it (demangled)
+
+
+def gpu_operations(work: Callable[[], object], *, host_ops: bool = False) -> list[GpuOp]:
+    """Every GPU operation ``work`` ran (kernels, copies, fills), in start order.
+
+    Read from the profiler's raw events: building its tree of operators
+    (``prof.events()``) takes seconds of Python for the tens of thousands of
+    operators of a few eager tokens. ``host_ops`` records the host's operators
+    too, as a profile of a step usually does (it slows a host-bound step).
+    """
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if host_ops else [])
+    torch.cuda.synchronize()
+    with profile(activities=activities) as prof:
+        work()
+        torch.cuda.synchronize()
+    return sorted(GpuOp(e.start_ns(), e.duration_ns(), torch._C._demangle(e.name()))
+                  for e in prof.profiler.kineto_results.events()
+                  if e.device_type() == DeviceType.CUDA
+                  and not getattr(e, "is_hidden_event", lambda: False)())
+
+
+def is_kernel(op: GpuOp) -> bool:
+    """A kernel, not one of the driver's copies or fills."""
+    return not op.name.startswith(("Memcpy", "Memset"))
+
+
+def kernel_names(fn: Callable[[], object], width: int = 120) -> list[str] | str:
+    """The distinct GPU operations one call of ``fn`` ran, sorted, each name cut to ``width``."""
+    try:
+        return sorted({op.name[:width] for op in gpu_operations(fn)})
     except Exception as exc:  # noqa: BLE001 - the profiler is an observation, not a check
         return f"profiler failed: {type(exc).__name__}: {exc}"[:200]
 
@@ -45,41 +77,28 @@ class GpuSplit(NamedTuple):
 def gpu_split(fn: Callable[[], object], calls: int, *, host_ops: bool = True) -> GpuSplit | None:
     """Profile ``calls`` calls of ``fn``: kernels, GPU busy, span and host time per call.
 
-    ``None`` if the profiler saw no GPU work. ``host_ops`` records the host's operators
-    too, as a profile of a step usually does: on a host-bound step that is what makes
-    the profiled step longer than the unprofiled one. The GPU's intervals are read from
-    the profiler's raw events: building its tree of operators (``prof.events()``) takes
-    seconds of Python for the tens of thousands of operators of a few eager tokens.
+    ``None`` if the profiler saw no GPU work. ``host_ops``: as in :func:`gpu_operations`;
+    on a host-bound step the host's operators are what makes the profiled step
+    longer than the unprofiled one.
     """
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+    host_s = []
 
-    activities = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if host_ops else [])
-    torch.cuda.synchronize()
-    with profile(activities=activities) as prof:
+    def calls_timed() -> None:
         started = time.perf_counter()
         for _ in range(calls):
             fn()
-        host_s = time.perf_counter() - started
-        torch.cuda.synchronize()
-    spans, durations = [], {}
-    for e in prof.profiler.kineto_results.events():
-        if e.device_type() != DeviceType.CUDA or getattr(e, "is_hidden_event", lambda: False)():
-            continue
-        start = e.start_ns() / 1e3
-        end = start + e.duration_ns() / 1e3
-        spans.append((start, end))
-        name = e.name()
-        if not name.startswith(("Memcpy", "Memset")):
-            durations.setdefault(name, []).append(end - start)
-    if not spans:
+        host_s.append(time.perf_counter() - started)
+
+    ops = gpu_operations(calls_timed, host_ops=host_ops)
+    if not ops:
         return None
-    # the names the profiler's tables show (demangled, as its FunctionEvents are)
-    durations = {torch._C._demangle(name): d for name, d in durations.items()}
-    spans.sort()
-    busy, reached = 0.0, spans[0][0]
-    for start, end in spans:  # the union of the intervals: overlapping work counts once
+    durations: dict[str, list[float]] = {}
+    for op in filter(is_kernel, ops):
+        durations.setdefault(op.name, []).append(op.duration_ns / 1e3)
+    busy, reached = 0.0, ops[0].start_ns / 1e3
+    for op in ops:  # the union of the intervals: overlapping work counts once
+        start, end = op.start_ns / 1e3, (op.start_ns + op.duration_ns) / 1e3
         busy += max(0.0, end - max(start, reached))
         reached = max(reached, end)
     return GpuSplit(calls, sum(map(len, durations.values())) / calls, busy / calls,
-                    (reached - spans[0][0]) / calls, host_s * 1e6 / calls, durations)
+                    (reached - ops[0].start_ns / 1e3) / calls, host_s[0] * 1e6 / calls, durations)

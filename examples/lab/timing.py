@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from examples.lab.kernels import gpu_operations
+
 TIMERS = ("cuda_event", "host_sync", "do_bench", "kernel")
 #: What each timer's samples are, in words (a record's ``method`` names the timer).
 TIMER_MEANING = {
@@ -105,7 +107,7 @@ def measure(
     if timer == "kernel":
         for _ in range(warmup):
             call()
-        return measure_kernels({"": lambda: call()}, device=device, rounds=[[""]] * repetitions,
+        return measure_kernels({"": call}, device=device, rounds=[[""]] * repetitions,
                                inner=inner, flush_l2=flush_l2)[""]
 
     # --8<-- [start:loop]
@@ -233,19 +235,9 @@ def measure_rounds(
 
 
 # --8<-- [start:kernel]
-def _gpu_events(work: Callable[[], None]) -> list[tuple[int, int]]:
-    """(start, duration) in ns of every GPU operation ``work`` ran (kernels,
-    copies, fills), in start order, read from the profiler's raw events."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        work()
-        torch.cuda.synchronize()
-    return sorted((e.start_ns(), e.duration_ns()) for e in prof.profiler.kineto_results.events()
-                  if e.device_type() == DeviceType.CUDA
-                  and not getattr(e, "is_hidden_event", lambda: False)())
+def ops_per_call(fn: Callable[[], None]) -> int:
+    """How many GPU operations (kernels, copies, fills) one call of ``fn`` runs."""
+    return len(gpu_operations(fn))
 
 
 def measure_kernels(
@@ -271,8 +263,8 @@ def measure_kernels(
         raise ValueError("timer 'kernel' needs a CUDA device; use 'host_sync' on "
                          f"{device.type}")
     flush = L2Flusher(device) if flush_l2 else None
-    flush_ops = len(_gpu_events(flush)) if flush else 0
-    per_call = {name: len(_gpu_events(fn)) for name, fn in fns.items()}
+    flush_ops = ops_per_call(flush) if flush else 0
+    per_call = {name: ops_per_call(fn) for name, fn in fns.items()}
     for name, count in per_call.items():
         if count == 0:
             raise RuntimeError(f"timer 'kernel': {name or 'the call'} ran nothing on the GPU")
@@ -285,7 +277,7 @@ def measure_kernels(
                 for _ in range(inner):
                     fns[name]()
 
-    events = _gpu_events(schedule)
+    events = gpu_operations(schedule)
     expected = sum(flush_ops + inner * per_call[name] for names in rounds for name in names)
     if len(events) != expected:
         raise RuntimeError(f"timer 'kernel': {len(events)} GPU operations where the calls alone "
@@ -296,7 +288,7 @@ def measure_kernels(
         for name in names:
             at += flush_ops
             ops = inner * per_call[name]
-            samples[name].append(sum(d for _, d in events[at:at + ops]) / 1e9 / inner)
+            samples[name].append(sum(op.duration_ns for op in events[at:at + ops]) / 1e9 / inner)
             at += ops
     return samples
 # --8<-- [end:kernel]

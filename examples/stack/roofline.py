@@ -18,7 +18,6 @@ import time
 
 import torch
 
-from examples.compile.fusion import interleaved
 from examples.lab.kernels import kernel_names
 from examples.measuring.cpu_bound_trap import checked_elements
 from examples.stack.roofline_model import ridge_point
@@ -74,9 +73,9 @@ def sm_clocks_during(fn, calls: int, index: int):
 def timed(lab, fn, case, nbytes, flops=0.0):
     """Time ``fn`` cold (L2 flushed before each call) by the GPU's own
     durations of the operations it ran, and keep its bandwidth and, if it
-    computes, its rate. A 256-cubed GEMM runs for about 3 us: events around
-    one call would time the host's launch more than the kernel (they read
-    5 to 25 times the kernel's duration, and moved 2-3x between runs)."""
+    computes, its rate. A 256-cubed GEMM runs for a few microseconds:
+    events around one call would time the host's launch more than the
+    kernel (Chapter 3's ``one_call_vs_kernel`` measures by how much)."""
     t = lab.time(fn, case=case, metric="kernel", timer="kernel",
                  flush_l2=True)
     return keep_rates(lab, case, t, nbytes, flops)
@@ -131,11 +130,11 @@ def measure(lab) -> None:
                  for op in ("add", "sum")}
     # On a GPU, timed by the operations' own durations (CUPTI): the streams
     # are about the memory system, not the launch.
-    times, _ = interleaved(lab, calls,
-                           {op: (cases[op], "kernel" if lab.cuda else "time")
-                            for op in calls},
-                           baseline="copy", ratios=over_copy,
-                           kernels=True, flush_l2=True)
+    times = lab.compare_rows(calls,
+                             {op: (cases[op], "kernel" if lab.cuda else "time")
+                              for op in calls},
+                             baseline="copy", ratios=over_copy,
+                             timer="kernel", flush_l2=True)
     if lab.cuda:
         # The three streams are three different GPU operations, not one
         # kernel: a same-dtype contiguous copy_ is the driver's copy
