@@ -60,7 +60,8 @@ def source_files(path: Path) -> list[Path]:
     imports (transitively), and the harness modules, less the bookkeeping ones.
 
     >>> [p.relative_to(REPO_ROOT).as_posix() for p in source_files(REPO_ROOT / "examples/lab/stats.py")]
-    ['examples/lab/harness.py', 'examples/lab/load.py', 'examples/lab/stats.py', 'examples/lab/timing.py']
+    ['examples/lab/harness.py', 'examples/lab/kernels.py', 'examples/lab/load.py', 'examples/lab/stats.py',
+     'examples/lab/timing.py']
     """
     path = path.resolve()
     seen: dict[str, Path] = {}
