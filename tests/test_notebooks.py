@@ -2,7 +2,9 @@
 
 ``overrides/hooks/notebooks.py`` writes one notebook per chapter package at build
 time. Here every notebook is generated afresh and run top to bottom in a Jupyter
-kernel (nbclient) with no GPU visible, as a reader without a GPU would run it; and
+kernel (nbclient) with no GPU visible, as a reader without a GPU would run it (the
+measured examples' runs left to test_runs_on_cpu, which runs the same command lines:
+``ONLY_PARSE_MEASURED``); and
 the built site has a page and a download per notebook, linked from its chapter,
 with nothing loaded from another host.
 """
@@ -65,8 +67,29 @@ def test_a_failing_example_fails_its_notebook(tmp_path):
         ns["run"](failing, ["--quick"])
 
 
+#: Put in after the set-up cell, in the test's copy only: measured examples are not run
+#: again here. Each one's quick CPU run, with the same command line, is test_runs_on_cpu's
+#: (``tests/test_examples.py``; ``--device auto`` is the CPU there); running all of them a
+#: second time in the kernels cost CI two minutes. The kernel still runs the set-up and
+#: imports every example; a measured example's command line must parse; a calculator
+#: runs for real, through the notebook's own ``run``.
+ONLY_PARSE_MEASURED = """\
+import contextlib, io
+_run = run
+
+def run(module, argv):
+    if getattr(module, "EXAMPLE_ARGV", None) is not None:
+        return _run(module, argv)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        module.main([*argv, "--help"])  # parses argv up to --help, then exits
+    if "usage:" not in out.getvalue():
+        raise RuntimeError(f"{module.__name__} {argv}: its command line did not parse")"""
+
+
 def _execute(path: Path) -> tuple[str, str | None]:
     nb = nbformat.read(path, as_version=4)
+    nb.cells.insert(2, nbformat.v4.new_code_cell(ONLY_PARSE_MEASURED))
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                             resources={"metadata": {"path": str(REPO)}})
     try:
