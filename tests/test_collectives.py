@@ -308,11 +308,16 @@ from examples.collectives import ddp_overlap as ddp  # noqa: E402
 
 
 def test_slowest_rank_per_sample_keeps_rounds_paired():
-    per_rank = [{"A": [1.0, 5.0, 2.0], "B": [3.0, 1.0, 1.0]},
-                {"A": [2.0, 4.0, 1.0], "B": [1.0, 2.0, 4.0]}]
-    assert ddp.slowest_rank(per_rank) == {"A": [2.0, 5.0, 2.0], "B": [3.0, 2.0, 4.0]}
+    """One helper for every multi-rank timing (ring, latency, DDP, probe): sample i is
+    the slowest rank's sample i, and DDP's steps take it per variant of a spawned run."""
+    from examples.collectives.ring_allreduce import slowest_rank
+
+    assert slowest_rank([[1.0, 5.0, 2.0], [2.0, 4.0, 1.0]]) == [2.0, 5.0, 2.0]
     with pytest.raises(ValueError):  # a rank with a sample missing is an error
-        ddp.slowest_rank([{"A": [1.0, 2.0]}, {"A": [1.0]}])
+        slowest_rank([[1.0, 2.0], [1.0]])
+    run = {"saved": {"steps-0.pt": {"A": [1.0, 5.0, 2.0], "B": [3.0, 1.0, 1.0]},
+                     "steps-1.pt": {"A": [2.0, 4.0, 1.0], "B": [1.0, 2.0, 4.0]}}}
+    assert ddp.steps_of(run, 2) == {"A": [2.0, 5.0, 2.0], "B": [3.0, 2.0, 4.0]}
 
 
 def _k(name, start, dur):

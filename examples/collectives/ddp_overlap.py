@@ -29,7 +29,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from examples.collectives._nccl_log import environment, refusal
-from examples.collectives.ring_allreduce import lined_up, spawn
+from examples.collectives.ring_allreduce import lined_up, slowest_rank, spawn
 from examples.lab.timing import measure_rounds, round_order
 
 
@@ -233,11 +233,11 @@ SETTINGS = {
 # --8<-- [end:settings]
 
 
-def slowest_rank(per_rank: list[dict[str, list[float]]]) -> dict[str, list[float]]:
-    """Sample i of each variant: the slowest rank's (a step ends for the job
-    when its last rank ends)."""
-    return {name: [max(s) for s in zip(*(r[name] for r in per_rank),
-                                       strict=True)]
+def steps_of(r: dict, world: int) -> dict[str, list[float]]:
+    """Each variant's step samples of one spawned run: per sample, the
+    slowest rank's (every rank saved its own)."""
+    per_rank = [r["saved"][f"steps-{k}.pt"] for k in range(world)]
+    return {name: slowest_rank([ranks[name] for ranks in per_rank])
             for name in per_rank[0]}
 
 
@@ -272,8 +272,8 @@ def measure(lab) -> None:
     clock = "cuda_event" if cuda else "host clock"
     method = f"{clock}, max over {world} ranks per sample, interleaved rounds"
     default = next(iter(VARIANTS))
-    steps = slowest_rank([r["saved"][f"steps-{k}.pt"] for k in range(world)])
-    for name, samples in steps.items():
+    steps = {setting: steps_of(run, world) for setting, run in runs.items()}
+    for name, samples in steps["default"].items():
         case = {"variant": name, "gpus": world}
         lab.keep_samples([s * 1e3 for s in samples], case=case,
                          metric="step", unit="ms", method=method)
@@ -287,10 +287,10 @@ def measure(lab) -> None:
             continue
         # Step i of both variants ran in round i: a paired ratio per round.
         lab.keep_samples(
-            [a / b for a, b in zip(samples, steps[default], strict=True)],
+            [a / b for a, b in zip(samples, steps["default"][default], strict=True)],
             case=case, metric="vs_default", unit="x",
             method=f"paired ratio {name} / {default}, {method}")
-    keep_contention(lab, runs, world, method, failed)
+    keep_contention(lab, runs, steps, world, method, failed)
     lab.note("bucket sizes, default (MiB, in all-reduce order)",
              [round(s / 2**20, 2) for s in r["buckets"][default]])
     params = config["layers"] * (config["width"] ** 2 + config["width"])
@@ -321,22 +321,22 @@ def measure(lab) -> None:
     if debug:
         lab.note("NCCL_DEBUG=INFO, rank 0 (selected lines)", debug)
     lab.note("median step, no communication (ms)",
-             round(statistics.median(steps["no communication"]) * 1e3, 3))
+             round(statistics.median(steps["default"]["no communication"]) * 1e3, 3))
 
 
-def keep_contention(lab, runs: dict, world: int, method: str,
-                    failed: dict[str, str]) -> None:
+def keep_contention(lab, runs: dict, steps: dict[str, dict[str, list[float]]],
+                    world: int, method: str, failed: dict[str, str]) -> None:
     """Per NCCL setting: what communicating costs the step (paired, round by
     round, against no communication in the same processes), and how much
     longer the GEMMs that overlapped an all-reduce ran than the same GEMMs
-    of a step without communication (all ranks' traces pooled)."""
+    of a step without communication (all ranks' traces pooled). ``steps``:
+    each setting's :func:`steps_of`."""
     default = next(iter(VARIANTS))
     for setting, r in runs.items():
-        steps = slowest_rank([r["saved"][f"steps-{k}.pt"]
-                              for k in range(world)])
         case = {"part": "contention", "nccl": setting, "gpus": world}
+        mine = steps[setting]
         lab.keep_samples(
-            [a / b for a, b in zip(steps[default], steps["no communication"],
+            [a / b for a, b in zip(mine[default], mine["no communication"],
                                    strict=True)],
             case=case, metric="comm_cost", unit="x",
             method=f"paired ratio {default} / no communication, {method}")

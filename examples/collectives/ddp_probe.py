@@ -38,7 +38,7 @@ from examples.collectives.ddp_overlap import (
     train_step,
 )
 from examples.collectives._nccl_log import CHOICE, environment, payload, read_logs, refusal
-from examples.collectives.ring_allreduce import lined_up, spawn
+from examples.collectives.ring_allreduce import lined_up, slowest_rank, spawn
 from examples.collectives.ring_model import bus_bandwidth
 from examples.lab.timing import measure_rounds
 
@@ -512,8 +512,7 @@ def keep_all_reduce(lab, setting: str, ranks: list[dict], config: dict,
     medians = {}
     for key in ranks[0]["times"]:
         nbytes = int(key)
-        worst = [max(s) * 1e6 for s in zip(*(r["times"][key]
-                                              for r in ranks), strict=True)]
+        worst = [s * 1e6 for s in slowest_rank([r["times"][key] for r in ranks])]
         case = {"part": "all_reduce", "setting": setting, "bytes": nbytes,
                 "gpus": WORLD}
         t = lab.keep_samples(

@@ -19,7 +19,7 @@ import zlib
 import torch
 import torch.distributed as dist
 
-from examples.collectives.ring_allreduce import lined_up, spawn
+from examples.collectives.ring_allreduce import lined_up, slowest_rank, spawn
 from examples.collectives.ring_model import bus_bandwidth
 from examples.lab.timing import measure_rounds
 
@@ -193,8 +193,6 @@ def nccl_modelled_latency(lines: list[str]) -> dict[str, float]:
     return {f"{algo}/{proto}": lat for (algo, proto), (lat, bw) in row.items()
             if bw > 0}
 
-# --8<-- [end:fit]
-
 
 def measure(lab) -> None:
     cuda = lab.cuda
@@ -224,7 +222,7 @@ def measure(lab) -> None:
         for nbytes in config["sizes"]:
             key = f"{way}|{nbytes}"
             per_rank = [saved[f"times-{k}.pt"][key] for k in range(p)]
-            worst[way, nbytes] = [max(s) * 1e6 for s in zip(*per_rank)]
+            worst[way, nbytes] = [s * 1e6 for s in slowest_rank(per_rank)]
             case = {"part": "sweep", "bytes": nbytes, "method": way, "gpus": p}
             t[way, nbytes] = lab.keep_samples(
                 worst[way, nbytes], case=case, metric="time", unit="us",
@@ -291,7 +289,7 @@ def keep_fit(lab, config: dict, p: int, graphed_p: list[float]) -> None:
                         ("eager", "graphed"))
             per_rank = [r["saved"][f"times-{k}.pt"][f"graphed|{smallest}"]
                         for k in range(q)]
-            samples = [max(s) * 1e6 for s in zip(*per_rank)]
+            samples = [s * 1e6 for s in slowest_rank(per_rank)]
         points[q] = lab.keep_samples(
             samples, case=case, metric="graphed_small", unit="us",
             method=f"cuda_event, max over {q} ranks per sample, "

@@ -149,6 +149,12 @@ def lined_up(reset=None):
 # --8<-- [end:lined_up]
 
 
+def slowest_rank(per_rank: list[list[float]]) -> list[float]:
+    """Sample i of a timing every rank took in the same rounds: the slowest
+    rank's (a collective, or a step, ends for the job when its last rank ends)."""
+    return [max(s) for s in zip(*per_rank, strict=True)]
+
+
 CHECK_SIZES = (1, 17, 1_000_003)  # fewer elements than ranks; uneven chunks
 
 
