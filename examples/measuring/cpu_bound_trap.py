@@ -60,37 +60,6 @@ def host_clock_no_sync(fn, x, repetitions: int) -> list[float]:
 # --8<-- [end:wrong]
 
 
-# --8<-- [start:right]
-def kernel_durations(fn, calls: int, between=None,
-                     skip=("FillFunctor", "Memset")):
-    """RIGHT: the GPU time of each call's kernels, from the profiler (CUPTI).
-
-    ``between`` runs before each call (an L2 flush, say); kernels whose name
-    contains a string of ``skip`` (the flush's fill kernel, memsets) are
-    left out.
-    """
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            if between is not None:
-                between()
-            fn()
-        torch.cuda.synchronize()
-    times = [e.time_range.elapsed_us() for e in prof.events()
-             if e.device_type == DeviceType.CUDA
-             and not any(word in e.name for word in skip)]
-    per_call, rest = divmod(len(times), calls)
-    if per_call == 0 or rest:
-        raise RuntimeError(f"{len(times)} kernels for {calls} calls")
-    return [sum(times[i : i + per_call])
-            for i in range(0, len(times), per_call)]
-
-
-# --8<-- [end:right]
-
-
 def measure(lab) -> None:
     if lab.cuda:
         compiled = torch.compile(pointwise)
@@ -118,11 +87,14 @@ def measure(lab) -> None:
                  case={"n": n, "timing": "events around 100 calls"},
                  metric="time", unit="us", inner=100)
         if lab.cuda:
-            kernels = kernel_durations(lambda: compiled(x), reps)
-            kernel = lab.keep_samples(kernels,
-                                      case={"n": n, "timing": "profiler kernel time"},
-                                      metric="time", unit="us",
-                                      method="CUPTI kernel duration")
+            # --8<-- [start:right]
+            # RIGHT: the GPU's own duration of each call's kernels, from the
+            # profiler (CUPTI): the harness's kernel timer.
+            kernel = lab.time(lambda: compiled(x),
+                              case={"n": n, "timing": "profiler kernel time"},
+                              metric="time", unit="us", timer="kernel",
+                              repetitions=reps)
+            # --8<-- [end:right]
             # Each way of timing against the kernel's own duration, from the
             # same run: a ratio that travels across GPUs where microseconds do not.
             for row in lab.rows():
