@@ -5,6 +5,7 @@ import functools
 import json
 import os
 import subprocess
+import sys
 import time
 import types
 from pathlib import Path
@@ -899,3 +900,69 @@ def test_kernel_timer_falls_back_to_the_host_clock_without_a_gpu():
     lab = Lab(torch.device("cpu"), quick=True)
     result = lab.time(lambda: torch.ones(4).sum(), case={"n": 4}, timer="kernel", repetitions=3, warmup=1)
     assert result.method == "host_sync"
+
+
+def test_each_run_points_the_compiler_caches_it_was_not_given_at_new_empty_folders(monkeypatch):
+    import examples.lab.__main__ as runner
+
+    for name in runner.CACHE_VARIABLES:
+        monkeypatch.setenv(name, "")  # recorded, so that what the runner sets is undone
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/the/user/s/own")
+    first, second = runner._fresh_caches(), runner._fresh_caches()
+    assert first != second and os.listdir(first) == []
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"].startswith(first)
+    assert os.environ["TRITON_CACHE_DIR"] == "/the/user/s/own", "a cache the user set is theirs"
+
+
+@pytest.fixture
+def fake_torch(monkeypatch, tmp_path):
+    """A torch package the runner finds (not imports), in a folder the test says it may not write."""
+    import importlib.machinery
+    import importlib.util
+
+    import examples.lab.__main__ as runner
+
+    package = tmp_path / "site" / "torch"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    spec = importlib.machinery.ModuleSpec("torch", None, origin=str(package / "__init__.py"))
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "torch" else real_find_spec(name, *a))
+    writable = {"yes": False}
+    real_access = os.access
+    monkeypatch.setattr(runner.os, "access", lambda path, mode: writable["yes"] if str(path) == str(package)
+                        else real_access(path, mode))
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", "")  # recorded, so that what the runner sets is undone
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX")
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    return package, writable
+
+
+def test_a_torch_without_bytecode_in_a_read_only_folder_gets_one_bytecode_folder_per_run(fake_torch, tmp_path):
+    """On the book's GPU machines every process that imports torch would compile its
+    sources again; the run's processes share one folder, this run's own."""
+    import examples.lab.__main__ as runner
+
+    folder = runner._bytecode_cache(str(tmp_path / "run"))
+    assert folder == str(tmp_path / "run" / "bytecode") and os.path.isdir(folder)
+    assert sys.pycache_prefix == folder and os.environ["PYTHONPYCACHEPREFIX"] == folder
+
+
+@pytest.mark.parametrize("why", ["torch has its bytecode", "Python may write it", "the user chose a folder"])
+def test_the_bytecode_is_left_where_python_keeps_it_otherwise(fake_torch, tmp_path, monkeypatch, why):
+    import importlib.util
+
+    import examples.lab.__main__ as runner
+
+    package, writable = fake_torch
+    if why == "torch has its bytecode":
+        compiled = importlib.util.cache_from_source(str(package / "__init__.py"))
+        os.makedirs(os.path.dirname(compiled))
+        open(compiled, "wb").close()
+    elif why == "Python may write it":
+        writable["yes"] = True
+    else:
+        monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "mine"))
+    assert runner._bytecode_cache(str(tmp_path / "run")) is None
+    assert sys.pycache_prefix is None and not (tmp_path / "run").exists()

@@ -26,21 +26,56 @@ CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSI
 BOOK = Path(__file__).resolve().parents[2] / "docs" / "records"
 
 
-def _fresh_caches() -> None:
-    """Point each compiler cache not set by the user at a new empty folder (before torch loads)."""
-    import os
+def _fresh_caches() -> str:
+    """Point each compiler cache not set by the user at a new empty folder (before torch
+    loads); return the run's folder that holds them."""
     import tempfile
 
     root = tempfile.mkdtemp(prefix="lab-caches-")
     for name in CACHE_VARIABLES:
         if name not in os.environ:
             os.environ[name] = os.path.join(root, name.lower())
+    return root
+
+
+def _bytecode_cache(root: str) -> str | None:
+    """Where this run's Python processes keep the bytecode of a torch that has none of its own.
+
+    pip compiles a package's bytecode when it installs it. A torch installed without it
+    in a folder no one may write to (the book's GPU machines have one) makes every Python
+    process that imports it compile its sources again: about ten seconds of CPU each, and
+    a run starts several (Inductor's compile workers, the profilers' and the allocator's
+    children). There the run's processes share one bytecode folder, new for each run like
+    its compiler caches: the first process compiles, the others read what it wrote. The
+    bytecode is what pip would have written, so no figure changes, only the seconds a run
+    takes. Returns the folder, or None where nothing needed doing (torch has its bytecode,
+    may write it, is not installed, or PYTHONPYCACHEPREFIX is already set).
+    """
+    import importlib.util
+
+    if os.environ.get("PYTHONPYCACHEPREFIX") or sys.pycache_prefix:
+        return None
+    spec = importlib.util.find_spec("torch")  # finds the package without importing it
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        return None
+    if os.path.exists(importlib.util.cache_from_source(spec.origin)):
+        return None
+    if os.access(os.path.dirname(spec.origin), os.W_OK):
+        return None  # Python writes torch's bytecode beside it on the first import
+    folder = os.path.join(root, "bytecode")
+    os.makedirs(folder, exist_ok=True)
+    sys.pycache_prefix = folder  # this process: read when each module is imported
+    os.environ["PYTHONPYCACHEPREFIX"] = folder  # the processes it starts
+    return folder
 
 
 def _run(args) -> int:
     if args.repeat > 1:
         return _repeat(args)
-    _fresh_caches()
+    bytecode = _bytecode_cache(_fresh_caches())
+    if bytecode and os.environ.get("LAB_TRACE") == "1":
+        print(f"[lab] torch has no bytecode and may not write it: this run keeps it in {bytecode}",
+              file=sys.stderr, flush=True)
     import torch
     from tqdm import tqdm
 
