@@ -22,7 +22,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 #: Lab modules that only read, write or describe records: a change to them cannot move a
 #: figure, so it does not stale the records measured through them.
 BOOKKEEPING = frozenset({"examples.lab.records", "examples.lab.provenance", "examples.lab.cli",
-                         "examples.lab.registry", "examples.lab.compare", "examples.lab.__main__"})
+                         "examples.lab.registry", "examples.lab.compare", "examples.lab.__main__",
+                         "examples.lab.metrics"})
 #: What every measurement runs through, whatever the example imports: the harness that times it.
 HARNESS = ("examples.lab.harness",)
 

@@ -1,0 +1,278 @@
+"""What a reader sees for a record's identifiers: a metric's words, a case key's words, size keys.
+
+A record names its figures by identifier (``ms_per_token``, ``speed_of_light_fraction``)
+and its cases by key (``bytes``, ``recipe``); pages name them the same way in their
+shortcodes. A reader should see neither: every table header, hover text and Appendix A
+row says a metric in the words below, and its unit comes from the record, never from
+here (``time per token (ms)``).
+
+This module is presentation, and it is *bookkeeping* (``BOOKKEEPING`` in
+:mod:`examples.lab.provenance`): no example and no harness module imports it, so
+rewording a label does not stale a single measurement, which is why the words live
+here and not beside the ``lab.time`` calls in the examples. ``tests/test_metric_labels.py``
+fails when a metric of a committed record, or one that a page's shortcode names, has no
+label: a new metric lands with its words.
+
+- :data:`METRICS`: an identifier's words wherever it appears;
+- :data:`TOPIC_METRICS`: per topic, where one identifier means different things in
+  different topics (``time`` of a whole decode step, ``step`` of a DDP iteration);
+- :data:`CASE_KEYS` (and :data:`TOPIC_CASE_KEYS`): a case key's words where the key is
+  not already a word a reader would use (``d`` -> ``model width d``);
+- :data:`SIZE_KEYS`: case keys whose values are sizes in memory, with the unit they are
+  recorded in: tables print them in binary units (``262144`` bytes -> ``256 KiB``).
+  Declared, never guessed from a value's magnitude: ``n = 67108864`` is a count.
+"""
+from __future__ import annotations
+
+#: Metric identifier -> words, in every topic unless :data:`TOPIC_METRICS` says otherwise.
+METRICS: dict[str, str] = {
+    "achieved_occupancy": "achieved occupancy",
+    "algbw": "algorithm bandwidth",
+    "allocation_share": "share spent allocating",
+    "alpha": "latency term α",
+    "alpha_bound": "latency floor",
+    "api_calls": "CUDA API calls",
+    "arithmetic_error": "arithmetic error",
+    "aten_ops": "ATen operations",
+    "aten_ops_per_layer": "ATen operations per layer",
+    "bandwidth": "bandwidth",
+    "break_even_calls": "calls to repay compiling",
+    "bucket_duration": "bucket's all-reduce",
+    "bucket_vs_alone": "bucket over alone",
+    "buckets": "buckets",
+    "busbw": "bus bandwidth",
+    "busy_fraction": "GPU busy fraction",
+    "channels": "NCCL channels",
+    "clock_of_top": "clock over the top clock",
+    "comm_cost": "communication cost",
+    "comm_share_of_gap": "communication share of the gap",
+    "compile": "compile time",
+    "compile_time": "compile time",
+    "compiled_kernel_time": "compiled kernel time",
+    "compiled_kernels": "compiled kernels",
+    "compiled_one_call": "compiled, one call",
+    "d2h_copies": "device-to-host copies",
+    "dram_bandwidth": "DRAM bandwidth",
+    "dram_read": "DRAM read",
+    "dram_throughput": "DRAM throughput",
+    "duration": "duration",
+    "eager_bytes": "eager traffic",
+    "eager_kernel_time": "eager kernel time",
+    "eager_kernels": "eager kernels",
+    "end_mismatch": "end mismatch between ranks",
+    "error_grad_w": "weight-gradient error",
+    "error_grad_x": "input-gradient error",
+    "error_out": "output error",
+    "error_vs_fp32": "error against FP32",
+    "exposed_comm": "exposed communication",
+    "fft_speedup": "FFT speed-up",
+    "first_bucket_start": "first bucket starts",
+    "first_call": "first call",
+    "first_kernel": "first kernel starts",
+    "first_kernel_delay": "first kernel's delay",
+    "fit_alpha": "fitted latency α",
+    "fit_beta": "fitted time per byte β",
+    "fraction_of_copy": "fraction of copy bandwidth",
+    "fraction_of_library": "fraction of the library's rate",
+    "fraction_of_separate": "fraction of separate pools",
+    "fraction_one_call": "fraction, one call",
+    "fused_bandwidth": "fused bandwidth",
+    "fused_bytes": "fused traffic",
+    "gb_per_token": "bytes read per token",
+    "gemm_alone": "GEMM alone",
+    "gemm_overlapped": "GEMM beside communication",
+    "generate": "generation time",
+    "gpu_busy": "GPU busy",
+    "gpu_gaps": "GPU idle gaps",
+    "graph_breaks": "graph breaks",
+    "graph_pool": "graph memory pool",
+    "graphed_small": "graphed, smallest size",
+    "grid_size": "grid size",
+    "hidden": "hidden behind compute",
+    "host_issue": "host issue time",
+    "host_waits_per_step": "host waits per step",
+    "in_launch": "time in launch calls",
+    "in_sync": "time in synchronize",
+    "intensity": "arithmetic intensity",
+    "kernel": "kernel time",
+    "kernel_bandwidth": "bandwidth from kernel time",
+    "kernel_in_code": "kernel in generated code",
+    "kernel_speedup": "kernel speed-up",
+    "kernel_time": "kernel time",
+    "kernels": "kernels",
+    "kernels_per_call": "kernels per call",
+    "kernels_per_layer": "kernels per layer",
+    "kernels_per_token": "kernels per token",
+    "largest_bucket": "largest bucket",
+    "last_bucket_start": "last bucket starts",
+    "latency": "latency",
+    "launch_calls": "launch calls",
+    "logit_error": "logit error",
+    "loop": "loop time",
+    "mean_kernel": "mean kernel",
+    "measured_over_model": "measured over model",
+    "memcpy_calls": "memcpy calls",
+    "memory_reserved": "memory reserved",
+    "model_ratio": "measured over model",
+    "ms_per_step": "time per step",
+    "ms_per_token": "time per token",
+    "of_roof": "fraction of the roof",
+    "one_call": "one call",
+    "one_call_bandwidth": "bandwidth from one call",
+    "one_call_speedup": "speed-up, one call",
+    "one_call_vs_kernel": "one call over kernel",
+    "over_copy": "over copy",
+    "over_ideal": "over ideal scaling",
+    "overlap": "overlap",
+    "peer_later": "peer starts later",
+    "peer_ready_later": "peer ready later",
+    "per_call": "time per call",
+    "per_iteration": "time per iteration",
+    "per_kernel": "time per kernel",
+    "per_op": "time per operation",
+    "per_signal": "time per signal",
+    "per_tiny_op": "in tiny GPU ops",
+    "predicted": "predicted",
+    "predicted_speedup": "predicted speed-up",
+    "rate": "rate",
+    "registers_per_thread": "registers per thread",
+    "relative_error": "relative error",
+    "reserved": "memory reserved",
+    "ridge": "ridge point",
+    "run": "run time",
+    "slowdown": "slowdown",
+    "sm_clock": "SM clock",
+    "span": "span",
+    "span_vs_step": "span over step",
+    "speed_of_light_fraction": "fraction of the speed of light",
+    "speedup": "speed-up",
+    "speedup_over_best_bf16": "speed-up over the best BF16",
+    "speedup_over_bf16": "speed-up over BF16",
+    "speedup_over_eager": "speed-up over eager",
+    "speedup_over_no_pdl": "speed-up over no PDL",
+    "speedup_vs_bf16": "speed-up over dense BF16",
+    "speedup_vs_fp32": "speed-up over FP32",
+    "speedup_vs_tf32": "speed-up over dense TF32",
+    "split_over_step": "profiled span over step",
+    "start": "start",
+    "step": "step time",
+    "stream_syncs": "stream synchronizations",
+    "tiles": "tiles",
+    "time": "time",
+    "time_one_call": "time, one call",
+    "tokens_per_s": "throughput",
+    "top1_agreement": "top-1 agreement",
+    "top_clock": "top clock",
+    "tp_decode_allreduce": "decode all-reduce",
+    "tracing_cost": "tracing cost",
+    "transfer": "transfer",
+    "transfer_vs_alone": "transfer over alone",
+    "untraced": "untraced step",
+    "vs_caching": "over caching",
+    "vs_default": "over default",
+    "vs_graphed": "over graphed",
+    "vs_hbm": "over HBM",
+    "vs_kernel": "over kernel time",
+    "vs_prediction": "over prediction",
+    "vs_smallest": "over smallest",
+    "waves": "waves",
+    "weights_per_gpu": "weights per GPU",
+}
+
+#: Per topic, where an identifier means something narrower than :data:`METRICS` says.
+TOPIC_METRICS: dict[str, dict[str, str]] = {
+    "capstone.decode": {"time": "prefill time", "rate": "compute rate"},
+    "capstone.fused_decode": {"time": "time per call", "speedup": "speed-up over cuBLAS",
+                              "fraction_of_copy": "fraction of copy bandwidth"},
+    "capstone.tensor_parallel": {"time": "all-reduce time", "predicted": "predicted all-reduce",
+                                 "speedup": "speed-up over 1 GPU"},
+    "collectives.ddp_overlap": {"step": "step time", "start": "starts at", "duration": "all-reduce time",
+                                "hidden": "hidden behind backward", "vs_default": "over default buckets"},
+    "collectives.ddp_probe": {"start": "starts at", "duration": "all-reduce time", "step": "step time",
+                              "time": "all-reduce time", "vs_default": "over default setting",
+                              "transfer": "transfer time"},
+    "collectives.ring_allreduce": {"speedup": "speed-up over hand ring", "time": "time"},
+    "dispatch.sync_points": {"kernels": "kernels launched", "loop": "loop time"},
+    "measuring.cpu_bound_trap": {"time": "time measured", "vs_kernel": "over kernel time"},
+    "measuring.ncu_capture": {"duration": "kernel duration", "kernels": "kernels profiled"},
+    "measuring.warm_cache_trap": {"kernel": "kernel time", "one_call": "one call"},
+    "stack.roofline": {"kernel": "kernel time", "rate": "compute rate"},
+    "stack.matmul_kernel": {"time": "matmul time"},
+}
+
+#: Case key -> words, where the key is not already the word a reader would use.
+CASE_KEYS: dict[str, str] = {
+    "MiB": "working set",
+    "all_reduce": "all-reduce",
+    "bytes": "message size",
+    "cudnn_tf32": "cuDNN TF32",
+    "d": "model width d",
+    "dtype": "data type",
+    "fft": "FFT batching",
+    "gpus": "GPUs",
+    "grad_mode": "grad mode",
+    "h": "hidden width h",
+    "head_dim": "head dimension",
+    "impl": "implementation",
+    "k": "size k",
+    "n": "size n",
+    "seq": "sequence length",
+    "size": "size",
+}
+
+#: Per topic, where a case key means something narrower than :data:`CASE_KEYS` says.
+TOPIC_CASE_KEYS: dict[str, dict[str, str]] = {
+    "compile.triton_kernels": {"size": "size (elements; matmul: side)"},
+    "ecosystem.triton_op": {"size": "elements"},
+    "ecosystem.fft_conv": {"length": "signal length", "filter": "filter length"},
+    "collectives.ddp_overlap": {"all_reduce": "all-reduce"},
+    "collectives.ddp_probe": {"bytes": "bucket size"},
+}
+
+#: Case keys whose values are sizes in memory -> the unit the records give them in.
+SIZE_KEYS: dict[str, str] = {"bytes": "B", "MiB": "MiB"}
+
+
+class UnknownLabel(KeyError):
+    """An identifier without words here: add it to :data:`METRICS` (or :data:`CASE_KEYS`)."""
+
+    def __str__(self) -> str:  # KeyError's own str() quotes its argument
+        return self.args[0]
+
+
+def metric_label(topic: str, name: str) -> str:
+    """The words for metric ``name`` of ``topic``; :class:`UnknownLabel` if it has none."""
+    words = TOPIC_METRICS.get(topic, {}).get(name) or METRICS.get(name)
+    if words is None:
+        raise UnknownLabel(f"metric {name!r} of topic {topic} has no label: add its words to METRICS "
+                           "in examples/lab/metrics.py")
+    return words
+
+
+def key_label(topic: str, key: str) -> str:
+    """The words for case key ``key`` of ``topic``: its entry, else the key itself (already a word)."""
+    return TOPIC_CASE_KEYS.get(topic, {}).get(key) or CASE_KEYS.get(key) or key
+
+
+def size_unit(key: str) -> str | None:
+    """The unit a size key's values are recorded in (``'B'``, ``'MiB'``), or ``None``."""
+    return SIZE_KEYS.get(key)
+
+
+def identifiers() -> set[str]:
+    """Every identifier this module gives words to, metrics and case keys."""
+    return {*METRICS, *CASE_KEYS, *(n for m in TOPIC_METRICS.values() for n in m),
+            *(k for m in TOPIC_CASE_KEYS.values() for k in m)}
+
+
+def labels_of(name: str) -> set[str]:
+    """Every label ``name`` has, as a metric or a case key, in any topic."""
+    found = {METRICS.get(name), CASE_KEYS.get(name)}
+    found |= {m.get(name) for m in (*TOPIC_METRICS.values(), *TOPIC_CASE_KEYS.values())}
+    return {w for w in found if w}
+
+
+def not_words() -> set[str]:
+    """Identifiers a reader should never see as a header: those every label of which differs
+    from the identifier (``algbw``, ``ms_per_token``); ``rate``, labelled ``rate``, is a word."""
+    return {name for name in identifiers() if name not in labels_of(name)}
