@@ -150,3 +150,44 @@ def duration_range(low: float, high: float) -> str:
     if first.endswith(plain) and last.endswith(plain) and " " not in first + last and "<" not in first:
         return f"{first.removesuffix(plain)}–{last}"
     return f"{first} – {last}"
+
+
+#: Binary units, each 1024 times the one before: sizes in memory print in these.
+BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def format_size(value, unit: str = "B") -> str:
+    """A size in memory, recorded in ``unit`` (one of :data:`BINARY_UNITS`), in the largest binary
+    unit it fills: three significant figures at most, no trailing zeros.
+
+    >>> [format_size(v) for v in (262144, 4 * 2**30, 1536, 1000, 0)]
+    ['256\\xa0KiB', '4\\xa0GiB', '1.5\\xa0KiB', '1,000\\xa0B', '0\\xa0B']
+    >>> format_size(2048.0, "MiB"), format_size(16.0, "MiB")
+    ('2\\xa0GiB', '16\\xa0MiB')
+    """
+    if unit not in BINARY_UNITS:
+        raise LabError(f"not a binary unit: {unit!r} (known: {', '.join(BINARY_UNITS)})")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise LabError(f"not a size: {value!r}")
+    size = float(value) * 1024 ** BINARY_UNITS.index(unit)
+    step = 0
+    while step < len(BINARY_UNITS) - 1 and size >= 1024:
+        size /= 1024
+        step += 1
+    if size.is_integer():
+        number = f"{int(size):,}"
+    else:
+        number = format_number(size).rstrip("0").rstrip(".")
+    return f"{number}{NBSP}{BINARY_UNITS[step]}"
+
+
+def format_bare(value: float, unit: str) -> str:
+    """A figure in a column whose header carries its unit: the number alone, as
+    :func:`format_quantity` would write it with the unit (a count stays whole)."""
+    return format_number(value) if unit_text(unit) else format_quantity(value, unit)
+
+
+def bare_range(low: float, high: float, unit: str) -> str:
+    """:func:`format_range` without the unit, for a column whose header carries it: ``'400–420'``."""
+    first, last = format_bare(low, unit), format_bare(high, unit)
+    return last if first == last else f"{first}–{last}"

@@ -27,11 +27,12 @@ from pathlib import Path
 
 from lab_site import LabError
 from lab_site import claims as claims_mod
+from lab_site import labels
 from lab_site import markdown as render
 from lab_site import provenance as prov
 from lab_site import shortcodes
 from lab_site.figures import Figure, rows as group_rows
-from lab_site.fmt import (case_value, date_span, duration, duration_range, format_range, int_span, plural, run_date,
+from lab_site.fmt import (date_span, duration, duration_range, format_range, int_span, plural, run_date,
                           short_commit)
 from lab_site.runs import NOISY
 from lab_site.store import Entry, Group, Store
@@ -253,15 +254,27 @@ def figures_markdown(group: Group) -> str:
     """Every figure of a group, one per line: case, metric, median, run-to-run range, runs, a noisy flag."""
     figures = _figure_rows(group)
     keys = list(dict.fromkeys(k for case, _, _ in figures for k in case))
-    lines = ["| " + " | ".join([*keys, "metric", "median", "run to run", "runs", f"> {NOISY * 100:g} %"]) + " |",
+    # A key with one value in every figure is said once above the table, as the chapters' tables do.
+    fixed = [k for k in keys if all(k in c for c, _, _ in figures)
+             and len({(isinstance(c[k], bool), c[k]) for c, _, _ in figures}) == 1]
+    keys = [k for k in keys if k not in fixed]
+    heads = [render.cell(labels.key(group.topic, k)) for k in keys]
+    lead = (["Every figure: " + ", ".join(f"{render.cell(labels.key(group.topic, k))} "
+                                          f"{render.cell(labels.case(k, figures[0][0][k]))}" for k in fixed)
+             + ".", ""] if fixed else [])
+    lines = ["| " + " | ".join([*heads, "metric", "median", "run to run", "runs", f"> {NOISY * 100:g} %"]) + " |",
              "|" + "|".join([":--"] * (len(keys) + 1) + ["--:"] * 3 + [":-:"]) + "|"]
+    lines = lead + lines
     for case, name, f in figures:
         a = f.across
         spread = format_range(a.low, a.high, f.unit) if a.count > 1 else "—"
         flag = (f'<span class="lab-noisy" title="{render.NOISY_TITLE}: here {a.spread * 100:.0f} %">⚠</span>'
                 if a.noisy else "")
-        cells = [render.cell(case_value(case.get(k, ""))) for k in keys]
-        cells += [render.cell(name), render.median_html(f), spread, str(a.count), flag]
+        cells = [render.cell(labels.case(k, case.get(k, ""))) for k in keys]
+        # The metric in words; its identifier (what a shortcode names) on hover.
+        words = html.escape(labels.metric_or_name(group.topic, name), quote=False)
+        cells += [f'<span title="{html.escape(name)}">{words}</span>', render.median_html(f), spread, str(a.count),
+                  flag]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -381,7 +394,8 @@ def claims(store: Store, pages: Sequence[Page], primary: str | None) -> str:
             badges = render.claim(result, {g.key: g.short_label for g in groups})
             claim = req.describe().replace("|", "\\|").replace("`", "'")  # a code span: no HTML escapes
             chapter = f"[{page.title}]({page.src})" if first else ""
-            lines.append(f"| {chapter} | `{claim}` | {badges} |")
+            words = render.cell(labels.metric(req.topic, req.metric))
+            lines.append(f"| {chapter} | {words}: `{claim}` | {badges} |")
             first = False
             count += 1
     if not count:

@@ -21,10 +21,12 @@ from collections.abc import Callable, Iterable, Sequence
 from examples.lab.records import Metric
 
 from lab_site import LabError
+from lab_site import labels
 from lab_site import provenance as prov
 from lab_site.claims import UNVERIFIED, ClaimResult, Verdict
 from lab_site.figures import Figure, GroupRow, SelectionError, metric, power, select, stat, stat_unit, with_metric
-from lab_site.fmt import case_value, date_span, format_quantity, format_range, plural, run_date, unit_text
+from lab_site.fmt import (bare_range, case_value, date_span, format_bare, format_quantity, format_range, plural,
+                          run_date, unit_text)
 from lab_site.runs import NOISY
 from lab_site.shortcodes import NotesRequest, PlotRequest, TableRequest, TimelineRequest, ValueRequest
 from lab_site.store import Entry, Group
@@ -65,12 +67,21 @@ def shown_metrics(figures: Iterable[Figure]) -> list[Metric]:
     return [m for f in figures for m in f.metrics]
 
 
+#: A table of more rows than this is folded: split by its main key, or its first rows shown.
+FOLD_ROWS = 15
+#: Rows shown above the fold of a long table that no key splits.
+FIRST_ROWS = 10
+
+
 def table_markdown(request: TableRequest, group: Group, partial: bool = False) -> tuple[str, list[Figure]]:
     """One row per case, the case keys as columns, then one column per metric; and the figures shown.
 
     Every metric named must be in some row. With ``partial`` a stale group keeps the
     metrics it has and marks the column of each it lacks "not yet measured" (it must
-    have one of them at least).
+    have one of them at least). Headers say each metric in words with its unit
+    (``lab_site.labels``); a case key whose value is the same in every row is said once,
+    above the table, instead of on every row; a table of more than :data:`FOLD_ROWS`
+    rows is folded (:func:`_fold`).
     """
     rows = select(group, request.where)
     names = list(request.metrics) if request.metrics else list(dict.fromkeys(n for r in rows for n in r.metrics))
@@ -80,27 +91,96 @@ def table_markdown(request: TableRequest, group: Group, partial: bool = False) -
         raise SelectionError(f"topic {group.topic} on {group.slug} has no metric {absent[0]!r} (metrics: {have})")
     missing = {name: not_measured_cell(group, f"topic {group.topic} on {group.slug} has no metric {name!r} "
                                               f"(metrics: {have})") for name in absent}
+    words = {name: labels.metric(group.topic, name) for name in names}  # a metric without words fails here
     # Naming metrics also picks rows: only those that have at least one of them,
     # and only the case keys those rows use.
     rows = [r for r in rows if any(name in r.metrics for name in names)]
     keys = list(dict.fromkeys(k for row in rows for k in row.case))
-    lines = [
-        "| " + " | ".join([*map(cell, keys), *map(cell, names)]) + " |",
-        "|" + "|".join([":--"] * len(keys) + ["--:"] * len(names)) + "|",
-    ]
+    fixed = [k for k in keys if all(k in r.case for r in rows) and len({_json(r.case[k]) for r in rows}) == 1]
+    keys = [k for k in keys if k not in fixed]
+    # A column whose figures share one unit says it in its header; its cells are bare numbers.
+    units = {name: {f.unit for r in rows if (f := r.metrics.get(name))} for name in names}
+    unit = {name: next(iter(u)) if len(u) == 1 else None for name, u in units.items()}
+    header = [cell(labels.key(group.topic, k)) for k in keys]
+    header += [cell(labels.with_unit(words[name], unit[name])) for name in names]
+
     shown: list[Figure] = []
-    for row in rows:
-        cells = [cell(case_value(row.case.get(k, ""))) for k in keys]
+
+    def line(row: GroupRow, columns: list[str]) -> str:
+        cells = [cell(labels.case(k, row.case.get(k, ""))) for k in columns]
         for name in names:
             figure = row.metrics.get(name)
-            cells.append(figure_cell(figure, len(group.runs)) if figure else missing.get(name, "—"))
+            cells.append(figure_cell(figure, len(group.runs), bare=unit[name] is not None) if figure
+                         else missing.get(name, "—"))
             if figure:
                 shown.append(figure)
-        lines.append("| " + " | ".join(cells) + " |")
+        return "| " + " | ".join(cells) + " |"
+
+    def grid(part: list[GroupRow], columns: list[str]) -> list[str]:
+        heads = [cell(labels.key(group.topic, k)) for k in columns] + header[len(keys):]
+        return ["| " + " | ".join(heads) + " |",
+                "|" + "|".join([":--"] * len(columns) + ["--:"] * len(names)) + "|",
+                *(line(row, columns) for row in part)]
+
+    body = _fold(group, rows, keys, grid)
+    lines = [_caption(group, [(k, rows[0].case[k]) for k in fixed], shown), "", *body]
     if absent:
-        lines += ["", f"{', '.join(f'`{cell(n)}`' for n in absent)}: {NOT_MEASURED} (these runs predate "
+        lines += ["", f"{', '.join(cell(words[n]) for n in absent)}: {NOT_MEASURED} (these runs predate "
                       f"{'it' if len(absent) == 1 else 'them'})."]
     return "\n".join(lines), shown
+
+
+def _json(value) -> tuple:
+    """A case value compared as JSON compares it: ``True`` is not ``1``."""
+    return (isinstance(value, bool), value)
+
+
+def _caption(group: Group, fixed: list[tuple[str, object]], shown: list[Figure]) -> str:
+    """The line above a table: the case every row shares, and what a cell holds."""
+    parts = []
+    if fixed:
+        parts.append("Every row: " + ", ".join(f"{cell(labels.key(group.topic, k))} "
+                                               f"{cell(labels.case(k, v))}" for k, v in fixed) + ".")
+    if len(group.runs) > 1:
+        parts.append(f"Each figure: the median of {len(group.runs)} runs, the lowest and highest run beneath it.")
+    elif any(_iqr(f) is not None for f in shown):
+        parts.append("One run: beneath a timed figure, the interquartile range of its repetitions.")
+    return " ".join(parts) + "\n{ .lab-caption }" if parts else ""
+
+
+def _fold(group: Group, rows: list[GroupRow], keys: list[str],
+          grid: Callable[[list[GroupRow], list[str]], list[str]]) -> list[str]:
+    """A table short enough to read whole, or one folded: split by its main key (the first case
+    key that splits it into parts of at most :data:`FOLD_ROWS` rows, else the first with several
+    values), one collapsible block per value with that value in its title, the first open;
+    where no key splits it, the first :data:`FIRST_ROWS` rows and the others in a closed block."""
+    if len(rows) <= FOLD_ROWS:
+        return grid(rows, keys)
+
+    def parts(k: str) -> dict:
+        out: dict = {}
+        for r in rows:
+            out.setdefault(_json(r.case.get(k)), []).append(r)
+        return out
+
+    splits = [k for k in keys if 1 < len(parts(k)) < len(rows)]
+    main = next((k for k in splits if all(len(p) <= FOLD_ROWS for p in parts(k).values())),
+                splits[0] if splits else None)
+    out: list[str] = []
+    if main is None:
+        out += grid(rows[:FIRST_ROWS], keys)
+        rest = rows[FIRST_ROWS:]
+        out += ["", f'??? lab-rows "{plural(len(rest), "more row")}"', ""]
+        out += [INDENT + text for text in grid(rest, keys)]
+        return out
+    columns = [k for k in keys if k != main]
+    for i, part in enumerate(parts(main).values()):
+        title = f"{labels.key(group.topic, main)} {labels.case(main, part[0].case.get(main, ''))}"
+        title = f"{title} · {plural(len(part), 'row')}".replace('"', "'")
+        out += [f'???{"+" if i == 0 else ""} lab-rows "{title}"', ""]
+        out += [INDENT + text for text in grid(part, columns)]
+        out.append("")
+    return out
 
 
 def _iqr(figure: Figure) -> float | None:
@@ -118,14 +198,20 @@ def noisy_flag(figure: Figure) -> str:
     return f'<span class="lab-noisy" title="{_attr(title)}">⚠</span> '
 
 
-def runs_span(figure: Figure) -> str:
-    """``range 400–420 µs, 3 runs``, its title saying what that is (and the spread within a run)."""
+def runs_span(figure: Figure, group_runs: int | None = None, bare: bool = False) -> str:
+    """``400–420 µs``, the run-to-run range, its title saying what that is (and the spread within a run).
+
+    In a table (``bare``: the header carries the unit) the number alone; the count of runs
+    only where it differs from the group's (``group_runs``), which the caption states.
+    """
     a = figure.across
     title = f"run-to-run range: the lowest and highest median of {plural(a.count, 'independent run')}"
     iqr = _iqr(figure)
     if iqr is not None:
         title += f"; within a run, IQR {format_quantity(iqr, figure.unit)} (q3 − q1, median over runs)"
-    text = f"range {format_range(a.low, a.high, figure.unit)}, {plural(a.count, 'run')}"
+    text = bare_range(a.low, a.high, figure.unit) if bare else format_range(a.low, a.high, figure.unit)
+    if a.count != group_runs:
+        text += f", {plural(a.count, 'run')}"
     return f'<span class="lab-runs" title="{_attr(title)}">{html.escape(text, quote=False)}</span>'
 
 
@@ -139,15 +225,20 @@ def median_html(figure: Figure) -> str:
     return f'<span title="{_attr(title)}">{text}</span>'
 
 
-def figure_cell(figure: Figure, group_runs: int) -> str:
-    """A table cell: the median across runs, then the run-to-run range (several runs) or the IQR (one)."""
-    text = noisy_flag(figure) + format_quantity(figure.median, figure.unit)
+def figure_cell(figure: Figure, group_runs: int, bare: bool = False) -> str:
+    """A table cell: the median across runs, beneath it the run-to-run range (several runs) or the IQR (one).
+
+    ``bare``: the column's header carries the unit, so the cell holds numbers alone.
+    """
+    shown = format_bare(figure.median, figure.unit) if bare else format_quantity(figure.median, figure.unit)
+    text = noisy_flag(figure) + shown
     if group_runs > 1:
-        return f"{text} {runs_span(figure)}"
+        return f"{text} {runs_span(figure, group_runs, bare)}"
     iqr = _iqr(figure)
     if iqr is not None:
+        spread = format_bare(iqr, figure.unit) if bare else format_quantity(iqr, figure.unit)
         text += (f' <span class="lab-iqr" title="interquartile range (q3 − q1) of the repetitions of the run">'
-                 f"IQR {format_quantity(iqr, figure.unit)}</span>")
+                 f"IQR {spread}</span>")
     return text
 
 
@@ -245,11 +336,20 @@ def plot(request: PlotRequest, groups: Sequence[Group], link: Callable[[Entry], 
     return _per_machine(request.topic, groups, body, link)
 
 
+#: A mapping note spreads over columns only while they are this few and every mapping has them all;
+#: otherwise (a dozen NCCL settings, keys that differ per note) each mapping is one cell, a line per key.
+NOTE_COLUMNS = 4
+#: A run of characters this long without a space (a kernel's name) may break after ``_ . : , ( <``.
+LONG_TOKEN = 24
+
+
 def notes_markdown(request: NotesRequest, group: Group) -> str:
     """The notes of a group's latest run (what an example observed rather than timed) as a table.
 
-    One row per note; a note that is a mapping spreads over one column per key, a list
-    is joined with semicolons, anything else goes in the column "value".
+    One row per note; mapping notes that share at most :data:`NOTE_COLUMNS` keys spread over
+    one column per key, any other mapping is one cell with a line per key, a list is joined
+    with semicolons, anything else goes in the column "value". Code names (a key with ``_``
+    or ``.``) are set as code; long kernel names may break, so the table fits the column.
     """
     notes = group.record.notes
     names = list(request.keys) if request.keys else list(notes)
@@ -259,22 +359,54 @@ def notes_markdown(request: NotesRequest, group: Group) -> str:
             f"topic {group.topic} on {group.slug} has no note {missing[0]!r} (notes: {', '.join(notes) or 'none'})"
             if missing else f"topic {group.topic} on {group.slug} has no notes"
         )
-    columns = list(dict.fromkeys(k for n in names if isinstance(notes[n], dict) for k in notes[n]))
-    if any(not isinstance(notes[n], dict) for n in names):
+    mappings = [notes[n] for n in names if isinstance(notes[n], dict)]
+    columns = list(dict.fromkeys(k for m in mappings for k in m))
+    spread = len(columns) <= NOTE_COLUMNS and all(len(m) == len(columns) for m in mappings)
+    if not spread:
+        columns = []
+    if any(not isinstance(notes[n], dict) or not spread for n in names):
         columns.append("value")
-    lines = ["| note | " + " | ".join(map(cell, columns)) + " |", "|" + "|".join([":--"] * (len(columns) + 1)) + "|"]
+    lines = ["| note | " + " | ".join(map(_note_key, columns)) + " |",
+             "|" + "|".join([":--"] * (len(columns) + 1)) + "|"]
     for name in names:
         note = notes[name]
-        cells = note if isinstance(note, dict) else {"value": note}
+        if isinstance(note, dict) and spread:
+            cells = note
+        elif isinstance(note, dict):
+            cells = {"value": "<br>".join(f"{_note_key(k)}: {_note_value(v)}" for k, v in note.items())}
+            shown = [cells[c] if c in cells else "—" for c in columns]
+            lines.append(f"| {cell(name)} | " + " | ".join(shown) + " |")
+            continue
+        else:
+            cells = {"value": note}
         shown = [_note_value(cells[c]) if c in cells else "—" for c in columns]
         lines.append(f"| {cell(name)} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
 
 
+def _note_key(key: str) -> str:
+    """A note's key: a code name (``cuda.matmul.allow_tf32``) as code, breakable after its dots."""
+    if ("_" in key or "." in key) and " " not in key:
+        return f"<code>{breakable(key, always=True)}</code>"
+    return cell(key)
+
+
+def breakable(text: str, always: bool = False) -> str:
+    """``text`` escaped for a cell, with a break opportunity (``<wbr>``) after ``_ . : , ( <`` in every
+    run of :data:`LONG_TOKEN` characters or more without a space (or in every run, ``always``)."""
+    out = []
+    for token in text.split(" "):
+        if always or len(token) >= LONG_TOKEN:
+            out.append("".join(cell(ch) + ("<wbr>" if ch in "_.:,(<" else "") for ch in token))
+        else:
+            out.append(cell(token))
+    return " ".join(out)
+
+
 def _note_value(value) -> str:
     if isinstance(value, list):
-        return "; ".join(cell(case_value(v)) for v in value)
-    return cell(case_value(value))
+        return "; ".join(breakable(case_value(v)) for v in value)
+    return breakable(case_value(value))
 
 
 def notes(request: NotesRequest, groups: Sequence[Group], link: Callable[[Entry], str]) -> str:
@@ -332,7 +464,7 @@ def value(request: ValueRequest, group: Group) -> str:
 
 
 def _value(request: ValueRequest, group: Group) -> str:
-    _, f = pick(request, group)
+    row, f = pick(request, group)
     a = f.across
     reading = None
     if request.spread == "range":
@@ -345,7 +477,9 @@ def _value(request: ValueRequest, group: Group) -> str:
     else:
         x = stat(f, request.stat)
         shown = str(round(x)) if request.stat == "n" else format_quantity(x, stat_unit(f, request.stat))
-    details = [f"{group.label} ({group.slug})"]
+    case = ", ".join(f"{labels.key(request.topic, k)} {labels.case(k, v)}" for k, v in row.case.items())
+    details = [labels.metric(request.topic, request.metric) + (f" ({case})" if case else ""),
+               f"{group.label} ({group.slug})"]
     if reading is not None:
         details.append(reading.title if reading.watts is None
                        else f"board power while it was timed ({reading.label}): {reading.title}")
@@ -368,9 +502,15 @@ def _value(request: ValueRequest, group: Group) -> str:
     return f'<span class="{classes}" title="{title}">{html.escape(shown, quote=False)}</span>'
 
 
+def _claim_words(result: ClaimResult) -> str:
+    """``'time per token (capstone.decode ms_per_token <= 5)'``: the metric in words, the check as written."""
+    r = result.request
+    return f"{labels.metric_or_name(r.topic, r.metric)} ({r.describe()})"
+
+
 def _unverified_badge(result: ClaimResult, v: Verdict, label: str) -> str:
     """A GPU whose stale records lack the claim's figure: neither a tick nor a cross."""
-    title = (f"{result.request.describe()} · {label} ({v.machine}): {UNVERIFIED} · {v.missing} · "
+    title = (f"{_claim_words(result)} · {label} ({v.machine}): {UNVERIFIED} · {v.missing} · "
              f"latest run {run_date(v.run_date)} · {STALE_TITLE.lower()}")
     return (f'<span class="lab-claim lab-claim--unverified" title="{_attr(title)}">'
             f"{html.escape(f'{label} ? {UNVERIFIED}', quote=False)}</span>")
@@ -385,7 +525,7 @@ def _badge(result: ClaimResult, v: Verdict, label: str) -> str:
     per_run = "; ".join(f"run {p.run}: {format_quantity(p.worst, v.unit)}{'' if p.holds else ' ✗'}"
                         for p in v.per_run)
     title = (
-        f"{r.describe()} · {label} ({v.machine}): {'holds' if v.holds else 'VIOLATED'} "
+        f"{_claim_words(result)} · {label} ({v.machine}): {'holds' if v.holds else 'VIOLATED'} "
         f"over {plural(v.rows, 'row')} in {plural(v.runs, 'run')}, {which} {shown} · "
         f"{which} per run: {per_run} · latest run {run_date(v.run_date)}"
     )
