@@ -381,7 +381,7 @@ def test_table_tabs_carry_the_provenance_of_every_run(fixture_store):
                  "timer `cuda_event` (60 repetitions after 25 warm-up)",
                  f'runs (JSON): [1](../records/{H200}/{TOPIC}/run-1.json "run run-1, 2026-11-20") '
                  f'[2](../records/{H200}/{TOPIC}/run-2.json "run run-2, 2026-11-21") [3](',
-                 "    | layers | mode | time | speedup |", "    |:--|:--|--:|--:|", "| 3.10× <span"):
+                 "    | layers | mode | time (µs) | speed-up (×) |", "    |:--|:--|--:|--:|", "| 3.10 <span"):
         assert part in h200, part
     assert "run-0" not in h200 and markdown.STALE_TITLE not in h200
     assert "| — |" in h200  # eager rows have no speedup
@@ -397,21 +397,25 @@ def test_cells_show_the_run_to_run_range_and_flag_noisy_figures(fixture_store):
     h200 = tab(text, "NVIDIA H200")
     eager = next(line for line in h200.splitlines() if "| eager |" in line)
     graph = next(line for line in h200.splitlines() if "| graph |" in line)
-    assert f'<span class="lab-noisy" title="{markdown.NOISY_TITLE}: here 19 % of the median">⚠</span> 412{US}' in eager
+    # The header carries the unit, so a cell holds numbers; the range beneath the median (tables.css).
+    assert f'<span class="lab-noisy" title="{markdown.NOISY_TITLE}: here 19 % of the median">⚠</span> 412 <' in eager
     assert markdown.NOISY_TITLE == "runs differ by more than 15 %"
     assert f'<span class="lab-runs" title="run-to-run range: the lowest and highest median of 3 independent runs; ' \
-           f'within a run, IQR 28.8{US} (q3 − q1, median over runs)">range 400–480{US}, 3 runs</span>' in eager
-    assert "lab-noisy" not in graph and "range 165–185" in graph
+           f'within a run, IQR 28.8{US} (q3 − q1, median over runs)">400–480</span>' in eager
+    assert "lab-noisy" not in graph and ">165–185<" in graph
+    assert "Each figure: the median of 3 runs, the lowest and highest run beneath it." in h200
     # One run: no range, the IQR of its repetitions instead.
     cpu = tab(text, "CPU: AMD EPYC 9654 96-Core Processor")
-    assert "lab-runs" not in cpu and f'IQR 6.65{US}</span>' in cpu
+    assert "lab-runs" not in cpu and 'IQR 6.65</span>' in cpu
 
 
 def test_machines_without_the_rows_asked_for_are_left_out(fixture_store):
     text = markdown.table(req("<!-- lab:table fixture.launch metrics=speedup mode=graph -->"),
                           fixture_store.topic(TOPIC, H200), link)
     assert re.findall(r'^===!? "(.*)"$', text, flags=re.M) == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
-    assert text.count("    | layers | mode | speedup |\n    |:--|:--|--:|\n") == 2 and "| time |" not in text
+    # mode is graph on every row: said once above the table, not in a column.
+    assert text.count("    Every row: mode graph.") == 2
+    assert text.count("    | layers | speed-up (×) |\n    |:--|--:|\n") == 2 and "| time" not in text
     assert "timer" not in text  # computed figures name no timer
     with pytest.raises(figures.SelectionError, match="no metric 'latency'"):
         markdown.table(req("<!-- lab:table fixture.launch metrics=latency -->"), fixture_store.topic(TOPIC), link)
@@ -423,7 +427,7 @@ def test_naming_metrics_drops_rows_that_have_none_of_them(fixture_store):
     text = markdown.table(req("<!-- lab:table fixture.launch metrics=speedup -->"),
                           fixture_store.topic(TOPIC, H200), link)
     h200 = tab(text, "NVIDIA H200")
-    assert "| graph |" in h200 and "| eager |" not in h200  # eager rows have no speedup
+    assert "Every row: mode graph." in h200 and "eager" not in h200  # eager rows have no speedup
 
 
 def test_notes_come_from_the_latest_run_and_spread_mappings_over_columns(fixture_store):
@@ -433,7 +437,9 @@ def test_notes_come_from_the_latest_run_and_spread_mappings_over_columns(fixture
     assert ("    | item | RuntimeError: operation not permitted when stream is capturing | RuntimeError: "
             "operation failed due to a previous error during capture | — |") in text
     assert "| cpu | RuntimeError: cannot copy to pageable memory \\| while capturing | — | — |" in text
-    assert "| kernel | — | — | void at::native::vectorized_elementwise_kernel&lt;4&gt; |" in text
+    # A long kernel name may break after its separators, so the table fits the column.
+    assert ("| kernel | — | — | void at:<wbr>:<wbr>native:<wbr>:<wbr>vectorized_<wbr>elementwise_<wbr>"
+            "kernel&lt;<wbr>4&gt; |") in text
     assert "| sizes | — | — | 8; 32 |" in text
     only = markdown.notes(req("<!-- lab:notes fixture.launch keys=sizes -->"), fixture_store.topic(TOPIC), link)
     assert "| note | value |" in only and "item" not in only
@@ -458,7 +464,8 @@ def test_value_is_the_median_across_runs_with_the_range_in_its_title(fixture_sto
     html = markdown.value(req("<!-- lab:value fixture.launch time layers=32 mode=graph -->"), h200)
     title = re.search(r'title="([^"]*)"', html)[1]
     assert html.endswith(f">526{US}</span>") and 'class="lab-value"' in html
-    assert title.startswith(f"NVIDIA H200 (nvidia-h200) · median of 3 runs 526{US} · "
+    assert title.startswith("time (layers 32, mode graph) · ")  # the metric in words, then its case
+    assert title.split(" · ", 1)[1].startswith(f"NVIDIA H200 (nvidia-h200) · median of 3 runs 526{US} · "
                             f"run-to-run range 516–537{US} (4 % of the median) · IQR within a run 36.8{US}")
     assert "n = 60" in title and "runs 2026-11-20 to 2026-11-22" in title
     n = markdown.value(req("<!-- lab:value fixture.launch time layers=32 mode=graph stat=n -->"), h200)
@@ -723,10 +730,10 @@ def test_a_stale_table_keeps_the_metrics_it_has_and_marks_those_it_lacks(fixture
     request = req("<!-- lab:table fixture.launch metrics=time,latency mode=graph -->")
     text = markdown.table(request, [group(fixture_store, H100)], link)
     h100 = tab(text, "NVIDIA H100 80GB HBM3")
-    assert f'!!! warning "{markdown.STALE_TITLE}"' in h100 and "    | layers | mode | time | latency |" in h100
-    graph = next(line for line in h100.splitlines() if "| 8 | graph |" in line)
-    assert f"207{US}" in graph and graph.endswith('">not yet measured</span> |') and 'class="lab-missing"' in graph
-    assert f"`latency`: {LACKS} (these runs predate it)." in h100
+    assert f'!!! warning "{markdown.STALE_TITLE}"' in h100 and "    | layers | time (µs) | latency |" in h100
+    graph = next(line for line in h100.splitlines() if "| 8 | 207 " in line)
+    assert graph.endswith('">not yet measured</span> |') and 'class="lab-missing"' in graph
+    assert f"latency: {LACKS} (these runs predate it)." in h100
     # Beside a current group lacking the column, the table fails as it always did.
     with pytest.raises(figures.SelectionError, match=f"{H200} has no metric 'latency'"):
         markdown.table(request, [group(fixture_store, H200), group(fixture_store, H100)], link)
@@ -838,7 +845,7 @@ def test_appendix_a_lists_a_claim_its_stale_records_lack_as_unverified(stale_onl
     page_ = generated.Page("chapter.md", "A chapter", "<!-- lab:claim fixture.launch latency < 100 -->\n")
     text = generated.claims(stale_only.module.state.store, [page_], H100)
     row = text.splitlines()[2]
-    assert row.startswith("| [A chapter](chapter.md) | `fixture.launch latency < 100` | ")
+    assert row.startswith("| [A chapter](chapter.md) | latency: `fixture.launch latency < 100` | ")
     assert "lab-claim--unverified" in row and "? unverified: stale records lack this figure</span>" in row
 
 
@@ -961,7 +968,7 @@ def test_no_power_figure_is_a_dash_with_the_reason_and_never_a_crash():
     assert f'SM 1,980{NBSP}MHz under load (<span title="' in line and ">no power figure</span>)" in line
     assert " W" not in line.split("under load")[0]
     value = markdown.value(req(VALUE), g)
-    assert value.endswith(">—</span>") and _title(value).split(" · ")[1] == power.NO_FIGURE.replace("'", "&#x27;")
+    assert value.endswith(">—</span>") and _title(value).split(" · ")[2] == power.NO_FIGURE.replace("'", "&#x27;")
     with pytest.raises(figures.SelectionError, match="no power figure"):
         figures.stat(figures.metric(g, figures.rows(g)[0], "time"), "power_w")
     # Some runs with a figure, one without: the median of those that have one, the others counted.

@@ -11,13 +11,15 @@ This module is presentation, and it is *bookkeeping* (``BOOKKEEPING`` in
 rewording a label does not stale a single measurement, which is why the words live
 here and not beside the ``lab.time`` calls in the examples. ``tests/test_metric_labels.py``
 fails when a metric of a committed record, or one that a page's shortcode names, has no
-label: a new metric lands with its words.
+label, or a case key is neither given words nor declared a word: a new metric lands with
+its words.
 
 - :data:`METRICS`: an identifier's words wherever it appears;
 - :data:`TOPIC_METRICS`: per topic, where one identifier means different things in
   different topics (``time`` of a whole decode step, ``step`` of a DDP iteration);
 - :data:`CASE_KEYS` (and :data:`TOPIC_CASE_KEYS`): a case key's words where the key is
-  not already a word a reader would use (``d`` -> ``model width d``);
+  not already a word a reader would use (``d`` -> ``model width d``), :data:`WORD_KEYS`
+  the keys that are;
 - :data:`SIZE_KEYS`: case keys whose values are sizes in memory, with the unit they are
   recorded in: tables print them in binary units (``262144`` bytes -> ``256 KiB``).
   Declared, never guessed from a value's magnitude: ``n = 67108864`` is a count.
@@ -216,9 +218,23 @@ CASE_KEYS: dict[str, str] = {
     "impl": "implementation",
     "k": "size k",
     "n": "size n",
+    "op": "operation",
     "seq": "sequence length",
     "size": "size",
+    "sync": "synchronizing call",
+    "hidden": "hidden size",
+    "intensity": "intensity (FLOP/B)",
 }
+
+#: Case keys that are already the word a reader would use; with :data:`CASE_KEYS`, every key
+#: a record uses (a test checks), so a new key is a decision: a word as it is, or words for it.
+WORD_KEYS = frozenset({
+    "allocator", "backend", "band", "batch", "bucket", "collective", "device", "elements", "filter", "format",
+    "graphs", "inputs", "kernel", "kernels", "layer", "layers", "length", "level", "method", "mistake", "mode",
+    "part", "pattern", "phase", "pools", "precision", "profiler", "provider", "rank", "recipe", "registration",
+    "rung", "setting", "shape", "signals", "sparsity", "step", "timing", "tokens", "trace", "variant", "way",
+    "workload",
+})
 
 #: Per topic, where a case key means something narrower than :data:`CASE_KEYS` says.
 TOPIC_CASE_KEYS: dict[str, dict[str, str]] = {

@@ -150,10 +150,11 @@ def _caption(group: Group, fixed: list[tuple[str, object]], shown: list[Figure])
 
 def _fold(group: Group, rows: list[GroupRow], keys: list[str],
           grid: Callable[[list[GroupRow], list[str]], list[str]]) -> list[str]:
-    """A table short enough to read whole, or one folded: split by its main key (the first case
-    key that splits it into parts of at most :data:`FOLD_ROWS` rows, else the first with several
-    values), one collapsible block per value with that value in its title, the first open;
-    where no key splits it, the first :data:`FIRST_ROWS` rows and the others in a closed block."""
+    """A table short enough to read whole, or one folded by its main key: the first case key
+    that splits it into parts of at most :data:`FOLD_ROWS` rows, else the first with several
+    values, one collapsible block per value (its value in the title, the first block open, the
+    key's column gone), each part folded again the same way while it is still long. Where no key
+    splits it, its first :data:`FIRST_ROWS` rows, the others in a closed block."""
     if len(rows) <= FOLD_ROWS:
         return grid(rows, keys)
 
@@ -166,19 +167,20 @@ def _fold(group: Group, rows: list[GroupRow], keys: list[str],
     splits = [k for k in keys if 1 < len(parts(k)) < len(rows)]
     main = next((k for k in splits if all(len(p) <= FOLD_ROWS for p in parts(k).values())),
                 splits[0] if splits else None)
-    out: list[str] = []
     if main is None:
-        out += grid(rows[:FIRST_ROWS], keys)
         rest = rows[FIRST_ROWS:]
-        out += ["", f'??? lab-rows "{plural(len(rest), "more row")}"', ""]
-        out += [INDENT + text for text in grid(rest, keys)]
-        return out
-    columns = [k for k in keys if k != main]
+        return [*grid(rows[:FIRST_ROWS], keys), "", f'??? lab-rows "{plural(len(rest), "more row")}"', "",
+                *(INDENT + text if text else "" for text in grid(rest, keys))]
+    out: list[str] = []
     for i, part in enumerate(parts(main).values()):
-        title = f"{labels.key(group.topic, main)} {labels.case(main, part[0].case.get(main, ''))}"
+        # The part's title says the key's value, and any other column that is constant within it.
+        same = [k for k in keys if all(k in r.case for r in part) and len({_json(r.case[k]) for r in part}) == 1]
+        title = ", ".join(f"{labels.key(group.topic, k)} {labels.case(k, part[0].case.get(k, ''))}"
+                          for k in [main, *(k for k in same if k != main)])
         title = f"{title} · {plural(len(part), 'row')}".replace('"', "'")
+        columns = [k for k in keys if k not in same]
         out += [f'???{"+" if i == 0 else ""} lab-rows "{title}"', ""]
-        out += [INDENT + text for text in grid(part, columns)]
+        out += [INDENT + text if text else "" for text in _fold(group, part, columns, grid)]
         out.append("")
     return out
 
@@ -336,9 +338,9 @@ def plot(request: PlotRequest, groups: Sequence[Group], link: Callable[[Entry], 
     return _per_machine(request.topic, groups, body, link)
 
 
-#: A mapping note spreads over columns only while they are this few and every mapping has them all;
-#: otherwise (a dozen NCCL settings, keys that differ per note) each mapping is one cell, a line per key.
-NOTE_COLUMNS = 4
+#: Mapping notes spread over one column per key only while their keys are this few; otherwise
+#: (a dozen NCCL settings, keys that differ per note) each mapping is one cell, a line per key.
+NOTE_COLUMNS = 6
 #: A run of characters this long without a space (a kernel's name) may break after ``_ . : , ( <``.
 LONG_TOKEN = 24
 
@@ -346,7 +348,7 @@ LONG_TOKEN = 24
 def notes_markdown(request: NotesRequest, group: Group) -> str:
     """The notes of a group's latest run (what an example observed rather than timed) as a table.
 
-    One row per note; mapping notes that share at most :data:`NOTE_COLUMNS` keys spread over
+    One row per note; mapping notes with at most :data:`NOTE_COLUMNS` keys in all spread over
     one column per key, any other mapping is one cell with a line per key, a list is joined
     with semicolons, anything else goes in the column "value". Code names (a key with ``_``
     or ``.``) are set as code; long kernel names may break, so the table fits the column.
@@ -361,7 +363,7 @@ def notes_markdown(request: NotesRequest, group: Group) -> str:
         )
     mappings = [notes[n] for n in names if isinstance(notes[n], dict)]
     columns = list(dict.fromkeys(k for m in mappings for k in m))
-    spread = len(columns) <= NOTE_COLUMNS and all(len(m) == len(columns) for m in mappings)
+    spread = len(columns) <= NOTE_COLUMNS
     if not spread:
         columns = []
     if any(not isinstance(notes[n], dict) or not spread for n in names):
