@@ -15,7 +15,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "overrides" / "hooks"))
 
-from lab_site import LabError, claims, generated, store  # noqa: E402
+from lab_site import LabError, claims, generated, labels, store  # noqa: E402
 from lab_site.fmt import NBSP  # noqa: E402
 from tests.fixtures import make_records as mk  # noqa: E402
 from tests.hook_support import entry, grouped  # noqa: E402
@@ -64,7 +64,9 @@ def test_every_run_is_listed_with_provenance_and_the_commands_that_reproduce_it(
         assert ("**stale**" in section) == any(g.stale for g in loaded.groups if g.topic == group.topic)
         for row in group.runs[-1].record.results:  # every figure: a line with its metric
             for name in row.metrics:
-                assert f"| {name} |" in section, (group.topic, name)
+                # The metric in words, its identifier on hover (what a shortcode names).
+                assert f'| <span title="{name}">{labels.metric_or_name(group.topic, name)}</span> |' in section, \
+                    (group.topic, name)
     # Grouped under the chapter that first shows the topic, in the order of the book.
     chapters = re.findall(r"^## \[(.+?)\]\((.+?)\)$", text, re.M)
     order = [p.src for p in pages]
@@ -94,12 +96,12 @@ def test_figures_show_their_run_to_run_range_and_flag_noisy_ones(fixtures):
     text = generated.records(fixtures, [], "nvidia-h200", lambda e: e.site_uri)
     h200 = text.split('"NVIDIA H200"', 1)[1].split('=== "', 1)[0]
     lines = h200.splitlines()
-    assert any(line.strip().startswith("| layers | mode | metric | median | run to run | runs | > 15 % |")
+    assert any(line.strip().startswith("| layers | mode | metric | median, run to run | runs | > 15 % |")
                for line in lines)
-    noisy = next(line for line in lines if "| 8 | eager | time |" in line)
-    assert "400–480\u00a0µs | 3 |" in noisy and 'class="lab-noisy"' in noisy and "⚠" in noisy
-    calm = next(line for line in lines if "| 32 | eager | time |" in line)
-    assert "1,610–1,650\u00a0µs | 3 |" in calm and "⚠" not in calm
+    noisy = next(line for line in lines if '| 8 | eager | <span title="time">time</span> |' in line)
+    assert "400–480\u00a0µs</span> | 3 |" in noisy and 'class="lab-noisy"' in noisy and "⚠" in noisy
+    calm = next(line for line in lines if '| 32 | eager | <span title="time">time</span> |' in line)
+    assert "1,610–1,650\u00a0µs</span> | 3 |" in calm and "⚠" not in calm
     assert '??? abstract "6 figures, 1 noisy"' in h200
     # Every run, the stale one left out included, with its boot, commit and wall time.
     assert "| [`run-2`](records/nvidia-h200/fixture.launch/run-2.json) | 2026-11-21 | `22222222` | 0123456 | " \
@@ -110,7 +112,7 @@ def test_figures_show_their_run_to_run_range_and_flag_noisy_ones(fixtures):
     assert "| [`v1`](records/nvidia-h100-80gb-hbm3/fixture.launch.json) | 2026-11-18 | — | 0123456 | — | " \
            "yes (stale) |" in h100
     iqr = "IQR within a run 31.9\u00a0µs (q3 − q1, median over runs)"  # the spread within a run, on hover
-    assert f'| 8 | eager | time | <span title="{iqr}">455\u00a0µs</span> | — | 1 |' in h100
+    assert f'| 8 | eager | <span title="time">time</span> | <span title="{iqr}">455\u00a0µs</span> | 1 |' in h100
 
 
 def test_a_skipped_record_is_listed_as_skipped_not_an_error(fixtures):
@@ -125,7 +127,7 @@ def test_every_claim_of_the_pages_has_its_verdict_with_its_runs(book):
     text = generated.claims(loaded, pages, PRIMARY)
     rows = [line for line in text.splitlines()[2:] if line.startswith("|")]
     written = sorted(claim.describe() for _, claim in page_claims())
-    shown = sorted(re.search(r"\| `(.+?)` \|", row).group(1) for row in rows)
+    shown = sorted(re.search(r"\| [^|`]+: `(.+?)` \|", row).group(1) for row in rows)  # words: the check
     assert shown == written
     for row in rows:
         assert "lab-claim--violated" not in row  # or the build fails

@@ -9,6 +9,12 @@ have rendered (Material swaps ``pre.mermaid`` for a ``div.mermaid`` host whose
 closed shadow root holds the SVG, so the host is what can be tested) and every
 formula (``.arithmatex``) must hold KaTeX output.
 
+Within the same visit, at a 1400 px window, every table (those of every tab and every
+fold too: they are shown for the check) must keep its numbers inside the text column,
+so no reader scrolls sideways for a figure, and no header may hold a metric identifier
+(a word with an underscore outside code, or an identifier of ``examples/lab/metrics.py``
+that is not a word); then at 390 px (a phone) the page itself must not scroll sideways.
+
 ``make test`` installs Chromium; without it this test fails, it does not skip.
 """
 from __future__ import annotations
@@ -22,6 +28,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from examples.lab import metrics
+
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,6 +39,9 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 RENDER_TIMEOUT_MS = 20_000
+#: The window a desktop reader has (the text column is then about 720 px) and a phone's.
+DESKTOP = {"width": 1400, "height": 900}
+PHONE = {"width": 390, "height": 844}
 
 
 # -- the site and its server ------------------------------------------------------
@@ -140,6 +151,61 @@ INSPECT_JS = """() => {
 }"""
 
 
+# Every table, with every tab shown and every fold open for the measure (restored after): numeric
+# cells past their scroll box's right edge, and headers holding an identifier instead of words.
+TABLES_JS = """(notWords) => {
+  const style = document.createElement("style");
+  style.textContent = ".md-typeset .tabbed-block { display: block !important; }";
+  document.head.append(style);
+  const closed = [...document.querySelectorAll("article details:not([open])")];
+  closed.forEach(d => { d.open = true; });
+  const words = new Set(notWords);
+  const found = {tables: 0, numeric: 0, overflowing: [], identifiers: []};
+  for (const table of document.querySelectorAll("article table")) {
+    if (!table.checkVisibility()) continue;
+    found.tables++;
+    const heads = [...table.querySelectorAll("th")].map(th => {
+      const copy = th.cloneNode(true);
+      copy.querySelectorAll("code").forEach(c => c.remove());  // a code name shown as code is meant
+      return copy.textContent.replace(/\\s+/g, " ").trim();
+    });
+    const name = heads.slice(0, 4).join(" | ");
+    const box = (table.closest(".md-typeset__scrollwrap") || table.parentElement).getBoundingClientRect();
+    const cells = [...table.querySelectorAll("td")].filter(td => /\\d/.test(td.textContent));
+    found.numeric += cells.length;
+    const past = cells.filter(td => td.getBoundingClientRect().right > box.right + 1);
+    if (past.length) {
+      const widest = Math.max(...past.map(td => td.getBoundingClientRect().right));
+      found.overflowing.push(`table [${name}]: ${past.length} of ${cells.length} numeric cells run up to ` +
+                             `${Math.round(widest - box.right)} px past the text column`);
+    }
+    for (const head of heads) {
+      const bare = head.replace(/\\s*\\([^()]*\\)$/, "");  // less the unit: "time per token (ms)"
+      if (/[A-Za-z0-9]_[A-Za-z0-9]/.test(head) || words.has(bare)) {
+        found.identifiers.push(`table [${name}]: header ${JSON.stringify(head)} is an identifier, not words`);
+      }
+    }
+  }
+  closed.forEach(d => { d.open = false; });
+  style.remove();
+  return found;
+}"""
+
+# The page scrolls sideways: how far, and the widest elements that stick out (none scrolls them).
+PAGE_OVERFLOW_JS = """() => {
+  const root = document.documentElement;
+  const over = root.scrollWidth - root.clientWidth;
+  if (over <= 1) return null;
+  const clipped = el => { for (let p = el.parentElement; p; p = p.parentElement) {
+    if (getComputedStyle(p).overflowX !== "visible") return p !== document.body && p !== root; } return false; };
+  const wide = [...document.body.querySelectorAll("*")]
+    .filter(el => el.getBoundingClientRect().right > root.clientWidth + 1 && el.checkVisibility() && !clipped(el))
+    .slice(0, 3).map(el => el.tagName.toLowerCase() + (el.className && typeof el.className === "string" ?
+      "." + el.className.trim().split(/\\s+/).join(".") : ""));
+  return `${over} px wider than the window (${wide.join(", ") || "no single element"})`;
+}"""
+
+
 class _Visit:
     """Listens to one browser context and keeps every problem it sees, by page."""
 
@@ -197,10 +263,13 @@ def test_every_page_renders_cleanly(scheme, browser, server, site):
         # The light pass opens every page for errors, failed and foreign requests; what a
         # palette changes is how diagrams and formulas render, so the others see those pages.
         pages = [(path, d, f) for path, d, f in pages if path == "/" or d or f]
-    context = browser.new_context(color_scheme="dark" if scheme == "slate" else "light", service_workers="block")
+    context = browser.new_context(color_scheme="dark" if scheme == "slate" else "light", service_workers="block",
+                                  viewport=DESKTOP)
     context.set_default_timeout(RENDER_TIMEOUT_MS)
     visit = _Visit(context, server)
+    not_words = sorted(metrics.not_words())
     report = []
+    tables = numeric = 0
     try:
         for n, (path, diagrams, formulas) in enumerate(pages):
             page = context.new_page()
@@ -232,10 +301,21 @@ def test_every_page_renders_cleanly(scheme, browser, server, site):
                                       f"{seen['katex_errors']} KaTeX errors")
             if seen["scheme"] != scheme:
                 visit.problems.append(f"{path}: shown in palette {seen['scheme']!r}, not {scheme!r}")
-            report.append(f"{path} ({seen['scheme']}): {seen['hosts']} diagrams, {seen['formulas']} formulas")
+            # The tables at 1400 px, then the page on a phone: in this visit, not a second one.
+            laid = page.evaluate(TABLES_JS, not_words)
+            tables, numeric = tables + laid["tables"], numeric + laid["numeric"]
+            visit.problems += [f"{path}: {text}" for text in laid["overflowing"] + laid["identifiers"]]
+            page.set_viewport_size(PHONE)
+            wide = page.evaluate(PAGE_OVERFLOW_JS)
+            if wide:
+                visit.problems.append(f"{path}: at {PHONE['width']} px the page scrolls sideways: {wide}")
+            report.append(f"{path} ({seen['scheme']}): {seen['hosts']} diagrams, {seen['formulas']} formulas, "
+                          f"{laid['tables']} tables")
             page.close()
     finally:
         context.close()
+    # The table checks must check something: the book's pages hold tables of numbers.
+    assert tables and numeric, f"no table with numbers on the {len(pages)} pages: the width check is vacuous"
     problems = visit.problems + [f"request to a foreign host, aborted: {url}" for url in dict.fromkeys(visit.foreign)]
     assert not problems, f"{len(problems)} problems in the '{scheme}' palette:\n" + "\n".join(problems)
     print("\n".join(report))

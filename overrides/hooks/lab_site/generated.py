@@ -251,7 +251,8 @@ def _figure_rows(group: Group) -> list[tuple[dict, str, Figure]]:
 
 
 def figures_markdown(group: Group) -> str:
-    """Every figure of a group, one per line: case, metric, median, run-to-run range, runs, a noisy flag."""
+    """Every figure of a group, one per line: case (keys constant over the group said once above),
+    metric in words, median with the run-to-run range beneath, runs, a noisy flag."""
     figures = _figure_rows(group)
     keys = list(dict.fromkeys(k for case, _, _ in figures for k in case))
     # A key with one value in every figure is said once above the table, as the chapters' tables do.
@@ -262,19 +263,22 @@ def figures_markdown(group: Group) -> str:
     lead = (["Every figure: " + ", ".join(f"{render.cell(labels.key(group.topic, k))} "
                                           f"{render.cell(labels.case(k, figures[0][0][k]))}" for k in fixed)
              + ".", ""] if fixed else [])
-    lines = ["| " + " | ".join([*heads, "metric", "median", "run to run", "runs", f"> {NOISY * 100:g} %"]) + " |",
-             "|" + "|".join([":--"] * (len(keys) + 1) + ["--:"] * 3 + [":-:"]) + "|"]
+    # The run-to-run range sits beneath the median, as in the chapters' tables: one column fewer,
+    # so that a topic of many case keys still fits the text column.
+    lines = ["| " + " | ".join([*heads, "metric", "median, run to run", "runs", f"> {NOISY * 100:g} %"]) + " |",
+             "|" + "|".join([":--"] * (len(keys) + 1) + ["--:"] * 2 + [":-:"]) + "|"]
     lines = lead + lines
     for case, name, f in figures:
         a = f.across
-        spread = format_range(a.low, a.high, f.unit) if a.count > 1 else "—"
+        spread = (f' <span class="lab-runs" title="run-to-run range: the lowest and highest median of '
+                  f'{plural(a.count, "run")}">{format_range(a.low, a.high, f.unit)}</span>' if a.count > 1 else "")
         flag = (f'<span class="lab-noisy" title="{render.NOISY_TITLE}: here {a.spread * 100:.0f} %">⚠</span>'
                 if a.noisy else "")
         cells = [render.cell(labels.case(k, case.get(k, ""))) for k in keys]
         # The metric in words; its identifier (what a shortcode names) on hover.
         words = html.escape(labels.metric_or_name(group.topic, name), quote=False)
-        cells += [f'<span title="{html.escape(name)}">{words}</span>', render.median_html(f), spread, str(a.count),
-                  flag]
+        cells += [f'<span title="{html.escape(name)}">{words}</span>', render.median_html(f) + spread,
+                  str(a.count), flag]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
