@@ -643,6 +643,18 @@ def test_errors_name_the_page_and_the_shortcode(hook, text, message):
         run(hook, text + "\n")
 
 
+def test_a_metric_without_words_fails_the_page_in_one_line(hook, monkeypatch):
+    """A header never falls back to the identifier: the page fails, naming the file to add the words to."""
+    from examples.lab import metrics
+
+    monkeypatch.delitem(metrics.METRICS, "time")
+    message = ("chapter.md: <!-- lab:table fixture.launch -->: metric 'time' of topic fixture.launch has no label: "
+               "add its words to METRICS in examples/lab/metrics.py")
+    with pytest.raises(PluginError) as caught:
+        run(hook, "<!-- lab:table fixture.launch -->\n")
+    assert str(caught.value) == message and "\n" not in str(caught.value)
+
+
 def test_a_malformed_record_fails_naming_the_page_and_the_file(hook, tmp_path):
     records = tmp_path / "records"
     shutil.copytree(FIXTURES / "records", records)

@@ -1,0 +1,81 @@
+"""The chapters' tables as a reader reads them: words for headers, constant columns said once,
+sizes in binary units, long tables folded (``lab_site.markdown.table_markdown``), on the
+book's own records (the browser test checks that they fit the text column)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.hook_support import REPO, req, root
+
+from lab_site import labels, markdown, store  # noqa: E402
+from lab_site.fmt import NBSP  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def book() -> store.Store:
+    return store.load([root(REPO / "docs" / "records")], REPO)
+
+
+def first_tab(text: str) -> str:
+    return re.split(r'^===!? "', text, flags=re.M)[1]
+
+
+def grids(text: str) -> list[list[str]]:
+    """Each Markdown table of ``text``: its lines (header, rule, rows), unindented."""
+    found: list[list[str]] = []
+    previous = False
+    for line in text.splitlines():
+        row = line.strip().startswith("|")
+        if row and not previous:
+            found.append([])
+        if row:
+            found[-1].append(line.strip())
+        previous = row
+    return found
+
+
+def test_case_values_print_sizes_in_binary_units_and_large_counts_with_separators():
+    assert labels.case("bytes", 262144) == f"256{NBSP}KiB"
+    assert labels.case("bytes", 4 * 2**30) == f"4{NBSP}GiB"
+    assert labels.case("MiB", 2048.0) == f"2{NBSP}GiB"  # recorded in MiB, a declared size key
+    assert labels.case("n", 67108864) == "67,108,864"  # a count, not a size: never guessed from magnitude
+    assert labels.case("n", 4096) == "4096" and labels.case("mode", True) == "true"
+
+
+def test_a_long_table_is_folded_by_its_main_key_with_every_row_kept(book):
+    request = req("<!-- lab:table ecosystem.sparse_dense metrics=time,speedup,speedup_vs_tf32,speedup_vs_bf16 -->")
+    group = book.topic("ecosystem.sparse_dense", "nvidia-h200")[0]
+    text, _ = markdown.table_markdown(request, group)
+    parts = grids(text)
+    assert len(parts) > 2 and all(len(p) - 2 <= markdown.FOLD_ROWS for p in parts)
+    rows = [r for r in markdown.select(group, {}) if any(m in r.metrics for m in request.metrics)]
+    assert sum(len(p) - 2 for p in parts) == len(rows) > markdown.FOLD_ROWS  # folded, none lost
+    folds = re.findall(r'^\s*(\?\?\?\+?) lab-rows "(.+)"$', text, flags=re.M)
+    assert folds[0][0] == "???+" and "???" in {f for f, _ in folds}, folds  # the first part open, others closed
+    assert any(title.startswith("device cuda") for _, title in folds)  # the main key's value heads its part
+    for part in parts:
+        assert "| device |" not in part[0] and "speed-up over dense TF32 (×)" in part[0]
+
+
+def test_constant_columns_go_to_the_caption_and_sizes_read_in_binary_units(book):
+    text = markdown.table(req("<!-- lab:table collectives.ring_allreduce part=sweep "
+                              "metrics=time,algbw,busbw,model_ratio,speedup -->"),
+                          book.topic("collectives.ring_allreduce", "nvidia-h200"), lambda e: e.site_uri)
+    tab = first_tab(text)
+    assert "Every row: part sweep, GPUs 2." in tab
+    assert f'lab-rows "message size 4{NBSP}KiB' in tab and f"message size 256{NBSP}MiB" in tab
+    assert "262144" not in tab and "| part |" not in tab
+    for grid in grids(tab):
+        assert "_" not in grid[0] and "algorithm bandwidth (GB/s)" in grid[0] and "| time (µs) |" in grid[0]
+
+
+def test_a_short_table_stays_whole_with_headers_in_words(book):
+    text = markdown.table(req("<!-- lab:table capstone.decode precision=bf16 metrics=ms_per_token,"
+                              "speed_of_light_fraction,speedup_over_eager -->"),
+                          book.topic("capstone.decode", "nvidia-h200"), lambda e: e.site_uri)
+    tab = first_tab(text)
+    (grid,) = grids(tab)
+    assert grid[0] == "| rung | time per token (ms) | fraction of the speed of light | speed-up over eager (×) |"
+    assert "lab-rows" not in tab and "Every row: precision bf16" in tab
