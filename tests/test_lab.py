@@ -930,9 +930,9 @@ def fake_torch(monkeypatch, tmp_path):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "torch" else real_find_spec(name, *a))
     writable = {"yes": False}
-    real_access = os.access
-    monkeypatch.setattr(runner.os, "access", lambda path, mode: writable["yes"] if str(path) == str(package)
-                        else real_access(path, mode))
+    real_can_write = runner._can_write
+    monkeypatch.setattr(runner, "_can_write", lambda folder: writable["yes"] if folder == str(package)
+                        else real_can_write(folder))
     for name in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE"):
         monkeypatch.setenv(name, "")  # recorded, so that what the runner sets is undone
         monkeypatch.delenv(name)
@@ -957,6 +957,13 @@ def test_a_torch_without_bytecode_python_may_not_write_gets_one_bytecode_folder_
     assert folder == str(tmp_path / "run" / "bytecode") and os.path.isdir(folder)
     assert sys.pycache_prefix == folder and os.environ["PYTHONPYCACHEPREFIX"] == folder
     assert not sys.dont_write_bytecode and "PYTHONDONTWRITEBYTECODE" not in os.environ
+
+
+def test_a_folder_is_writable_only_if_a_file_can_be_made_there(tmp_path):
+    import examples.lab.__main__ as runner
+
+    assert runner._can_write(str(tmp_path)) and list(tmp_path.iterdir()) == [], "the probe leaves nothing"
+    assert not runner._can_write(str(tmp_path / "missing"))
 
 
 @pytest.mark.parametrize("why", ["torch has its bytecode", "Python may write it", "the user chose a folder"])

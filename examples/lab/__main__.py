@@ -62,7 +62,7 @@ def _bytecode_cache(root: str) -> str | None:
         return None
     if os.path.exists(importlib.util.cache_from_source(spec.origin)):
         return None
-    if not sys.dont_write_bytecode and os.access(os.path.dirname(spec.origin), os.W_OK):
+    if not sys.dont_write_bytecode and _can_write(os.path.dirname(spec.origin)):
         return None  # Python writes torch's bytecode beside it on the first import
     folder = os.path.join(root, "bytecode")
     os.makedirs(folder, exist_ok=True)
@@ -71,6 +71,19 @@ def _bytecode_cache(root: str) -> str | None:
     os.environ["PYTHONPYCACHEPREFIX"] = folder
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     return folder
+
+
+def _can_write(folder: str) -> bool:
+    """Whether a file can be made in ``folder``: tried, since a permission check can say
+    yes where the file system then refuses (a read-only mount seen by root). The file
+    is gone again when this returns."""
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
 
 
 def _run(args) -> int:
