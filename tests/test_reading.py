@@ -76,3 +76,24 @@ def test_a_chapter_names_the_previous_and_next_pages_above_its_title(built_site)
     assert re.search(r'rel="prev">← 1\. From y = x @ w to tensor cores</a>', pager)
     assert re.search(r'rel="next">3\. BLAS: the vocabulary under every matmul →</a>', pager)
     assert text.index("lab-pager") < text.index("<h1")
+
+
+def _listing(lines: int, title: str | None = "examples/blas/naming.py") -> str:
+    spans = "".join(f'<span id="__span-0-{i}">x = {i}\n</span>' for i in range(1, lines + 1))
+    head = f'<span class="filename">{title}</span>' if title else ""
+    return f'<div class="language-py highlight">{head}<pre><span></span><code>{spans}</code></pre></div>'
+
+
+def test_a_long_listing_is_folded_under_its_file_name_and_length_and_a_short_one_is_not():
+    page = "<h1>T</h1>" + _listing(reading.FOLD_LINES) + _listing(reading.FOLD_LINES + 1) + _listing(40, None)
+    out = reading.on_page_content(page, _page("blas.md", "blas/"), None, None)
+    summaries = re.findall(r'<details class="lab-listing"><summary>(.*?)</summary>', out)
+    assert summaries == [f"examples/blas/naming.py: {reading.FOLD_LINES + 1} lines (open to read)",
+                         "the listing: 40 lines (open to read)"]
+    assert out.count("x = 1\n") == 3, "folded, not cut: every line is still there"
+
+
+def test_an_in_depth_section_is_set_apart():
+    out = reading.on_page_content('<h1>T</h1><h3 id="in-depth-x">In depth: x</h3><h3 id="y">Y</h3>',
+                                  _page("stack.md", "stack/"), None, None)
+    assert '<h3 id="in-depth-x" class="lab-depth">In depth: x</h3>' in out and '<h3 id="y">Y</h3>' in out

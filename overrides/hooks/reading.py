@@ -6,6 +6,9 @@ A MkDocs 1.x hook (``hooks:`` in mkdocs.yml).
   and how many lines of code it shows. Prose is the page's text less its code listings,
   tables, diagrams and formulas (a reader looks at those, at no fixed rate), read at
   :data:`WORDS_PER_MINUTE`.
+* A code listing longer than :data:`FOLD_LINES` lines is folded (a ``details`` block whose
+  summary names the file and its length), so the prose stays the page's main line; and a
+  section titled "In depth: ..." is marked as such, so it does not look like a core one.
 * Every example module (``examples/**/*.py``) is copied into the site under ``examples/``,
   and each ``<code>examples/…/x.py</code>`` on a page links to its copy, so a file name the
   pages mention is one a reader can open, offline, from the site itself.
@@ -28,6 +31,11 @@ EXAMPLES = REPO / "examples"
 #: What a reader looks at rather than reads word by word: not counted as prose.
 _NOT_PROSE = {"pre", "table", "svg", "script", "style", "math"}
 _NOT_PROSE_CLASSES = ("arithmatex", "mermaid", "lab-plot", "lab-timeline")
+#: Listings longer than this are folded: a screen of code, about.
+FOLD_LINES = 30
+_LISTING = re.compile(r'<div class="language-[\w-]+ highlight">(?:<span class="filename">(.*?)</span>)?<pre>.*?</pre></div>',
+                      re.S)
+_DEPTH_HEADING = re.compile(r'<(h[23]) id="([^"]*)">In depth: ')
 _FIRST_H1 = re.compile(r"(<h1\b[^>]*>.*?</h1>)", re.S)
 #: A file name of an example: in running text, and as the title of a listing taken from it.
 _EXAMPLE_CODE = re.compile(r"<code>(examples/[A-Za-z0-9_/]+\.py)</code>")
@@ -102,7 +110,19 @@ def on_page_content(html_text: str, page, config, files) -> str:
     html_text = _EXAMPLE_CODE.sub(lambda m: link(m.group(1), m.group(0)), html_text)
     html_text = _EXAMPLE_TITLE.sub(lambda m: m.group(1) + link(m.group(2), m.group(2)) + m.group(3), html_text)
     line = f'<p class="lab-reading-time">{reading_line(html_text)}</p>'
+    html_text = _LISTING.sub(_folded, html_text)
+    html_text = _DEPTH_HEADING.sub(r'<\1 id="\2" class="lab-depth">In depth: ', html_text)
     return _FIRST_H1.sub(lambda m: m.group(1) + line, html_text, count=1)
+
+
+def _folded(listing: re.Match[str]) -> str:
+    """A listing of more than :data:`FOLD_LINES` lines inside a closed ``details``."""
+    lines = listing.group(0).count('<span id="__span-')
+    if lines <= FOLD_LINES:
+        return listing.group(0)
+    title = re.sub(r"<[^>]+>", "", listing.group(1) or "") or "the listing"
+    return (f'<details class="lab-listing"><summary>{title}: {lines} lines (open to read)</summary>'
+            f"{listing.group(0)}</details>")
 
 
 def on_post_build(config) -> None:
