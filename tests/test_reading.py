@@ -97,3 +97,11 @@ def test_an_in_depth_section_is_set_apart():
     out = reading.on_page_content('<h1>T</h1><h3 id="in-depth-x">In depth: x</h3><h3 id="y">Y</h3>',
                                   _page("stack.md", "stack/"), None, None)
     assert '<h3 id="in-depth-x" class="lab-depth">In depth: x</h3>' in out and '<h3 id="y">Y</h3>' in out
+
+
+def test_the_first_warning_mark_of_a_page_says_what_it_means_in_words():
+    mark = '<span class="lab-noisy" title="runs differ">⚠</span>'
+    out = reading.on_page_content(f"<h1>T</h1><p>{mark} 1 ms and {mark} 2 ms</p>", _page("stack.md", "stack/"),
+                                  None, None)
+    assert out.count("lab-noisy-words") == 1 and out.index("lab-noisy-words") < out.index("1 ms")
+    assert f"differ by more than {reading.NOISY * 100:g} % of their median" in out

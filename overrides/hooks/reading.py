@@ -9,6 +9,7 @@ A MkDocs 1.x hook (``hooks:`` in mkdocs.yml).
 * A code listing longer than :data:`FOLD_LINES` lines is folded (a ``details`` block whose
   summary names the file and its length), so the prose stays the page's main line; and a
   section titled "In depth: ..." is marked as such, so it does not look like a core one.
+* The first ⚠ of a page says in words what it marks (the others say it on hover and tap).
 * Every example module (``examples/**/*.py``) is copied into the site under ``examples/``,
   and each ``<code>examples/…/x.py</code>`` on a page links to its copy, so a file name the
   pages mention is one a reader can open, offline, from the site itself.
@@ -19,8 +20,12 @@ import html
 import math
 import re
 import shutil
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lab_site.runs import NOISY  # noqa: E402  (the hooks' package; mkdocs loads hooks by path)
 
 #: Silent reading of non-fiction by adults: 238 words a minute (Brysbaert, "How many words
 #: do we read per minute? A review and meta-analysis of reading rate", Journal of Memory
@@ -35,6 +40,10 @@ _NOT_PROSE_CLASSES = ("arithmatex", "mermaid", "lab-plot", "lab-timeline")
 FOLD_LINES = 30
 _LISTING = re.compile(r'<div class="language-[\w-]+ highlight">(?:<span class="filename">(.*?)</span>)?<pre>.*?</pre></div>',
                       re.S)
+_FIRST_NOISY = re.compile(r'(<span class="lab-noisy"[^>]*>⚠</span>)')
+#: What a ⚠ means, in words, beside the first one on a page.
+NOISY_WORDS = (f"(⚠: this figure's independent runs differ by more than {NOISY * 100:g} % of their "
+               f"median; the range shown is theirs)")
 _DEPTH_HEADING = re.compile(r'<(h[23]) id="([^"]*)">In depth: ')
 _FIRST_H1 = re.compile(r"(<h1\b[^>]*>.*?</h1>)", re.S)
 #: A file name of an example: in running text, and as the title of a listing taken from it.
@@ -111,6 +120,8 @@ def on_page_content(html_text: str, page, config, files) -> str:
     html_text = _EXAMPLE_TITLE.sub(lambda m: m.group(1) + link(m.group(2), m.group(2)) + m.group(3), html_text)
     line = f'<p class="lab-reading-time">{reading_line(html_text)}</p>'
     html_text = _LISTING.sub(_folded, html_text)
+    html_text = _FIRST_NOISY.sub(lambda m: f'{m.group(1)}<span class="lab-noisy-words">{html.escape(NOISY_WORDS)}</span>',
+                                 html_text, count=1)
     html_text = _DEPTH_HEADING.sub(r'<\1 id="\2" class="lab-depth">In depth: ', html_text)
     return _FIRST_H1.sub(lambda m: m.group(1) + line, html_text, count=1)
 
