@@ -77,7 +77,7 @@ def test_claims_that_hold_are_one_quiet_mark_that_opens_to_every_gpu_s_badge(pag
     tab, errors = page
     toggle = tab.locator(".lab-claims__toggle").first
     group = tab.locator(".lab-claims").first
-    assert toggle.inner_text().startswith("✓ holds on") and not group.is_visible()
+    assert toggle.inner_text().startswith("✓ checked: holds on") and not group.is_visible()
     toggle.scroll_into_view_if_needed()
     toggle.tap()
     assert group.is_visible() and toggle.get_attribute("aria-expanded") == "true"

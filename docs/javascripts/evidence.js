@@ -6,7 +6,7 @@
 // phone and a keyboard cannot. Here each becomes focusable, and a tap, a click, Enter or
 // Space shows the same text in a box beside it (Escape, a tap elsewhere or moving on closes
 // it). Each group of claim badges (one per GPU) becomes one small button saying what the
-// badges say ("✓ holds on 2 GPUs"), which opens them; a violated claim is never folded.
+// badges say ("✓ checked: holds on 2 GPUs"), which opens them; a violated claim is never folded.
 // Without JavaScript the page shows everything as the build wrote it.
 (function () {
   "use strict";
@@ -63,9 +63,9 @@
     button.className = "lab-claims__toggle";
     button.setAttribute("aria-expanded", "false");
     button.textContent = unverified
-      ? "✓ holds on " + held + ", ? " + unverified + " not yet measured"
-      : "✓ holds on " + gpus;
-    button.title = "checked against every run of the book's records: open for each GPU's figures";
+      ? "✓ checked: holds on " + held + ", ? " + unverified + " not yet measured"
+      : "✓ checked: holds on " + gpus;
+    button.title = "the book's statement, checked against every run of its records: open for each GPU's figures";
     group.classList.add("lab-claims--folded");
     group.parentNode.insertBefore(button, group);
     button.addEventListener("click", function () {
