@@ -229,6 +229,12 @@ BAD = [
     ("ring_allreduce", "mbytes", "1e303", "too large"),
     ("speed_of_light", "heads", "4.5", "not a whole number"),
     ("speed_of_light", "bandwidth_gbs", "0", "greater than 0"),
+    ("launch_budget", "layers", "2^0.5", "not a whole number"),
+    ("launch_budget", "layers", "2^60", "too large"),
+    ("roofline", "flops", "2^", "not a number"),
+    ("roofline", "flops", "1,00", "not a number"),
+    ("roofline", "flops", "(2^3", "not a number"),
+    ("roofline", "flops", "2**3 + 1", "not a number"),
 ]
 
 READ_JS = """(widget) => ({
@@ -335,3 +341,39 @@ def test_bad_input_shows_a_message(name, field, text, message, pages):
     assert not errors, errors
     # Fixing the input brings the results back.
     assert widget_result(opened[name], name, {})["state"] == "ok"
+
+
+#: Numbers as a reader writes them, and what they are.
+WRITTEN = [("1,000", 1000), ("1,000,000.5", 1000000.5), ("2^37", 2 ** 37), ("8192**3", 8192 ** 3),
+           ("4096*4096*2", 4096 * 4096 * 2), ("2**3**2", 2 ** 3 ** 2), ("(2^10)^3", (2 ** 10) ** 3),
+           ("1.5e9", 1.5e9), (" 2 ^ 10 ", 1024), ("8 × 1024", 8192)]
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize(("text", "value"), WRITTEN)
+def test_inputs_take_numbers_as_a_reader_writes_them(text, value, pages):
+    opened, errors = pages
+    page = opened["roofline"]
+    written = widget_result(page, "roofline", {"flops": text})
+    plain = widget_result(page, "roofline", {"flops": repr(float(value))})
+    assert written["state"] == "ok", written["error"]
+    assert written["values"] == plain["values"]
+    assert not errors, errors
+
+
+@pytest.mark.browser
+def test_reset_brings_back_the_measured_values_and_the_address_keeps_what_the_reader_changed(pages):
+    opened, errors = pages
+    page = opened["launch_budget"]
+    widget = page.locator('[data-lab-calculator="launch_budget"]')
+    start = widget_result(page, "launch_budget", {})
+    field = widget.locator('input[name="layers"]')
+    field.fill("64")
+    assert "launch_budget.layers=64" in page.url
+    page.reload()
+    page.wait_for_selector('[data-lab-calculator="launch_budget"][data-state="ok"]', timeout=20_000)
+    assert widget.locator('input[name="layers"]').input_value() == "64", "the address restored it"
+    widget.locator(".lab-calc__reset").click()
+    assert widget.evaluate(READ_JS)["values"] == start["values"]
+    assert "launch_budget.layers" not in page.url
+    assert not errors, errors
