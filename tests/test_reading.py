@@ -105,3 +105,18 @@ def test_the_first_warning_mark_of_a_page_says_what_it_means_in_words():
                                   None, None)
     assert out.count("lab-noisy-words") == 1 and out.index("lab-noisy-words") < out.index("1 ms")
     assert f"differ by more than {reading.NOISY * 100:g} % of their median" in out
+
+
+def test_every_page_s_title_is_its_name_in_the_navigation(built_site):
+    """A reader who picks "9. Capstone: ..." in the sidebar lands on a page of that title."""
+    from mkdocs.config import load_config
+
+    nav = load_config(str(REPO / "mkdocs.yml"))["nav"]
+    for entry in nav:
+        (label, src), = entry.items()
+        if not isinstance(src, str) or not src.endswith(".md") or src == "index.md":
+            continue
+        page = built_site / src.removesuffix(".md") / "index.html"
+        h1 = re.search(r"<h1[^>]*>(.*?)</h1>", page.read_text(encoding="utf-8"), re.S).group(1)
+        shown = re.sub(r"<[^>]+>|¶", "", h1).replace("&para;", "").strip()
+        assert shown == label, f"{src}: the page says {shown!r}, the navigation {label!r}"
