@@ -13,8 +13,9 @@
 //
 // Each widget keeps its raw results in data-value attributes (full precision) and
 // shows them rounded. Bad input shows one message under the form, never NaN. Inputs take
-// numbers as a reader writes them (1,000; 2^37; 8192**3), a reset button brings back the
-// measured start values, and the inputs a reader changed are kept in the page's address.
+// numbers as a reader writes them (1,000; 2^37; 8192**3), lists of presets fill several at
+// once (a GPU's measured values, a model's shape, a precision), a reset button brings back
+// the measured start values, and the inputs a reader changed are kept in the page's address.
 (function () {
   "use strict"
 
@@ -237,8 +238,34 @@
       for (const input of widget.querySelectorAll("input[name]")) input.value = input.dataset.default
       update(widget)
       remember(widget)
+      showPresets(widget)
     })
     form.appendChild(button)
+  }
+
+  // Presets: a choice fills its inputs; after any change, each list shows the choice whose
+  // values the inputs hold, or "as typed".
+  function choosePreset(widget, select) {
+    const option = select.selectedOptions[0]
+    if (!option || !option.dataset.values) return
+    for (const [name, value] of Object.entries(JSON.parse(option.dataset.values))) {
+      const input = widget.querySelector(`input[name="${name}"]`)
+      if (input) input.value = value
+    }
+  }
+
+  function showPresets(widget) {
+    for (const select of widget.querySelectorAll("select[data-preset]")) {
+      const inputs = name => widget.querySelector(`input[name="${name}"]`)
+      const match = [...select.options].find(o => o.dataset.values &&
+        Object.entries(JSON.parse(o.dataset.values)).every(([k, v]) => inputs(k) && inputs(k).value.trim() === v))
+      select.value = match ? match.value : ""
+    }
+    // A start value's link names the record it came from: shown only while the input holds it.
+    for (const input of widget.querySelectorAll("input[name]")) {
+      const source = input.closest(".lab-calc__field").querySelector(".lab-calc__source")
+      if (source) source.hidden = input.value.trim() !== input.dataset.default
+    }
   }
 
   function setup(root) {
@@ -247,10 +274,16 @@
       widget.dataset.ready = "true"
       const form = widget.querySelector("form")
       form.addEventListener("submit", event => event.preventDefault())
-      form.addEventListener("input", () => { update(widget); remember(widget) })
+      form.addEventListener("input", event => {
+        if (event.target.matches("select[data-preset]")) choosePreset(widget, event.target)
+        update(widget)
+        remember(widget)
+        showPresets(widget)
+      })
       resetButton(widget, form)
       restore(widget)
       update(widget)
+      showPresets(widget)
     }
   }
 

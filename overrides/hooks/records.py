@@ -175,6 +175,16 @@ def _html_link(page: Page):
     return lambda entry: posixpath.relpath(entry.site_uri, base or ".")
 
 
+def _book_gpus() -> list[store.Group]:
+    """One group per one-GPU machine of the book's own records, the primary first: what the
+    calculators offer as GPU presets (only a machine's slug and name are used)."""
+    seen: dict[str, store.Group] = {}
+    for g in state.store.groups:
+        if g.root.index == 0 and g.is_gpu and g.runs and g.runs[0].record.machine.gpu_count == 1:
+            seen.setdefault(g.slug, g)
+    return sorted(seen.values(), key=lambda g: (g.slug != state.primary, g.slug))
+
+
 def _note_stale(page: Page, groups: list[store.Group]) -> None:
     for g in groups:
         key = (page.file.src_uri, g.key)
@@ -211,7 +221,8 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
             _note_stale(page, groups)
             return render.timeline(req, groups, _link(page), lambda g, t: _timeline(req, g, t, page))
         if isinstance(req, shortcodes.CalculatorRequest):
-            return calculators.render(req, lambda topic, slug: _group(page, topic, slug), _html_link(page))
+            return calculators.render(req, lambda topic, slug: _group(page, topic, slug), _html_link(page),
+                                      gpus=_book_gpus())
         if isinstance(req, shortcodes.ValueRequest):
             group = _group(page, req.topic, req.machine)
             _warn_if_noisy(req, group, page)
