@@ -83,3 +83,17 @@ def test_claims_that_hold_are_one_quiet_mark_that_opens_to_every_gpu_s_badge(pag
     assert group.is_visible() and toggle.get_attribute("aria-expanded") == "true"
     assert group.locator(".lab-claim").count() >= 1
     assert errors == []
+
+
+def test_with_another_gpu_s_tab_chosen_a_number_in_the_prose_names_its_gpu(page):
+    tab, errors = page
+    number = tab.locator("p .lab-value[data-lab-gpu]").first
+    own = number.get_attribute("data-lab-gpu")
+    other = tab.locator(".tabbed-labels > label").filter(has_not_text=own).first
+    other.scroll_into_view_if_needed()
+    other.click()
+    tag = tab.locator("p .lab-value[data-lab-gpu] + .lab-gpu-tag").first
+    assert tag.inner_text() == number.get_attribute("data-lab-gpu-short")
+    tab.locator(".tabbed-labels > label").filter(has_text=own).first.click()
+    assert tab.locator(".lab-gpu-tag").count() == 0, "back on the number's own GPU: no tag"
+    assert errors == []

@@ -7,7 +7,8 @@
 // Space shows the same text in a box beside it (Escape, a tap elsewhere or moving on closes
 // it). Each group of claim badges (one per GPU) becomes one small button saying what the
 // badges say ("✓ checked: holds on 2 GPUs"), which opens them; a violated claim is never folded.
-// Without JavaScript the page shows everything as the build wrote it.
+// A number in the prose names its GPU beside it whenever the reader has chosen another
+// GPU's tab in a table. Without JavaScript the page shows everything as the build wrote it.
 (function () {
   "use strict";
 
@@ -74,7 +75,57 @@
     });
   }
 
+  // The GPU a reader chose in a table's tabs (linked across the page): a number in the prose
+  // of another GPU (most quote the book's primary GPU) gets that GPU's name beside it.
+  function gpuLabels() {
+    // The GPUs of the quoted numbers, and every tab beside one of them (the other GPUs).
+    const known = new Set([...document.querySelectorAll(".lab-value[data-lab-gpu]")].map(v => v.dataset.labGpu));
+    for (const labels of document.querySelectorAll(".tabbed-labels")) {
+      const texts = [...labels.children].map(l => l.textContent.trim());
+      if (texts.some(t => known.has(t))) texts.forEach(t => known.add(t));
+    }
+    return known;
+  }
+
+  function chosenGpu(known) {
+    for (const input of document.querySelectorAll(".tabbed-set > input:checked")) {
+      const label = document.querySelector('label[for="' + input.id + '"]');
+      const text = label && label.textContent.trim();
+      if (text && known.has(text)) return text;
+    }
+    return null;
+  }
+
+  function nameGpus(known, chosen) {
+    if (chosen === undefined) chosen = chosenGpu(known);
+    document.querySelectorAll(".lab-value[data-lab-gpu]").forEach(function (value) {
+      var other = chosen !== null && value.dataset.labGpu !== chosen;
+      var tag = value.nextElementSibling && value.nextElementSibling.classList.contains("lab-gpu-tag")
+        ? value.nextElementSibling : null;
+      if (other && !tag) {
+        tag = document.createElement("span");
+        tag.className = "lab-gpu-tag";
+        tag.textContent = value.dataset.labGpuShort;
+        tag.title = "this number is the " + value.dataset.labGpuShort + "'s; the tables show the GPU you chose";
+        value.after(tag);
+      } else if (!other && tag) {
+        tag.remove();
+      }
+    });
+  }
+
   function init() {
+    var known = gpuLabels();
+    if (known.size) {
+      nameGpus(known);
+      window.setTimeout(function () { nameGpus(known); }, 0); // after the theme restores a saved choice
+      document.addEventListener("change", function (event) {
+        if (!(event.target.matches && event.target.matches(".tabbed-set > input"))) return;
+        var label = document.querySelector('label[for="' + event.target.id + '"]');
+        var text = label && label.textContent.trim();
+        nameGpus(known, known.has(text) ? text : undefined);
+      });
+    }
     document.querySelectorAll(".lab-claims").forEach(foldClaims);
     document.querySelectorAll(EVIDENCE).forEach(reachable);
     document.addEventListener("click", function (event) {
