@@ -165,6 +165,23 @@ def test_markers_expand_alone_on_their_line_and_never_in_code():
         generated.expand("see <!-- lab:generated records --> here\n", lambda name: "")
 
 
+def test_a_marker_inside_an_admonition_expands_indented_as_it_is():
+    page = '!!! note "When"\n\n    <!-- lab:generated measured -->\n'
+    out = generated.expand(page, lambda name: "- one\n\n- two\n")
+    assert out == '!!! note "When"\n\n\n    - one\n\n    - two\n\n'
+
+
+def test_when_the_book_was_measured_is_read_from_its_records(book):
+    loaded, _ = book
+    text = generated.measured(loaded)
+    lines = text.splitlines()
+    assert lines and all(line.startswith("- ") for line in lines)
+    for g in loaded.groups:
+        if g.root.index == 0 and g.is_gpu:
+            newest = max(e.record.run.date for e in g.runs)[:10]
+            assert any(g.runs[0].record.machine.gpu_name in line and newest in line for line in lines), newest
+
+
 def test_an_unknown_section_is_an_error(book):
     loaded, _ = book
     with pytest.raises(LabError, match="unknown generated section 'figures'"):
@@ -176,6 +193,7 @@ def test_the_pages_use_the_markers():
     assert "<!-- lab:generated records -->" in (REPO / "docs" / "appendix-records.md").read_text(encoding="utf-8")
     assert "<!-- lab:generated claims -->" in (REPO / "docs" / "appendix-records.md").read_text(encoding="utf-8")
     assert "<!-- lab:generated machines -->" in (REPO / "docs" / "index.md").read_text(encoding="utf-8")
+    assert "<!-- lab:generated measured -->" in (REPO / "docs" / "index.md").read_text(encoding="utf-8")
 
 
 # -- what re-measuring costs: seconds per topic and GPU kind ---------------------------------

@@ -229,6 +229,12 @@ BAD = [
     ("ring_allreduce", "mbytes", "1e303", "too large"),
     ("speed_of_light", "heads", "4.5", "not a whole number"),
     ("speed_of_light", "bandwidth_gbs", "0", "greater than 0"),
+    ("launch_budget", "layers", "2^0.5", "not a whole number"),
+    ("launch_budget", "layers", "2^60", "too large"),
+    ("roofline", "flops", "2^", "not a number"),
+    ("roofline", "flops", "1,00", "not a number"),
+    ("roofline", "flops", "(2^3", "not a number"),
+    ("roofline", "flops", "2**3 + 1", "not a number"),
 ]
 
 READ_JS = """(widget) => ({
@@ -335,3 +341,86 @@ def test_bad_input_shows_a_message(name, field, text, message, pages):
     assert not errors, errors
     # Fixing the input brings the results back.
     assert widget_result(opened[name], name, {})["state"] == "ok"
+
+
+#: Numbers as a reader writes them, and what they are.
+WRITTEN = [("1,000", 1000), ("1,000,000.5", 1000000.5), ("2^37", 2 ** 37), ("8192**3", 8192 ** 3),
+           ("4096*4096*2", 4096 * 4096 * 2), ("2**3**2", 2 ** 3 ** 2), ("(2^10)^3", (2 ** 10) ** 3),
+           ("1.5e9", 1.5e9), (" 2 ^ 10 ", 1024), ("8 × 1024", 8192)]
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize(("text", "value"), WRITTEN)
+def test_inputs_take_numbers_as_a_reader_writes_them(text, value, pages):
+    opened, errors = pages
+    page = opened["roofline"]
+    written = widget_result(page, "roofline", {"flops": text})
+    plain = widget_result(page, "roofline", {"flops": repr(float(value))})
+    assert written["state"] == "ok", written["error"]
+    assert written["values"] == plain["values"]
+    assert not errors, errors
+
+
+@pytest.mark.browser
+def test_reset_brings_back_the_measured_values_and_the_address_keeps_what_the_reader_changed(pages):
+    opened, errors = pages
+    page = opened["launch_budget"]
+    widget = page.locator('[data-lab-calculator="launch_budget"]')
+    start = widget_result(page, "launch_budget", {})
+    field = widget.locator('input[name="layers"]')
+    field.fill("64")
+    assert "launch_budget.layers=64" in page.url
+    page.reload()
+    page.wait_for_selector('[data-lab-calculator="launch_budget"][data-state="ok"]', timeout=20_000)
+    assert widget.locator('input[name="layers"]').input_value() == "64", "the address restored it"
+    widget.locator(".lab-calc__reset").click()
+    assert widget.evaluate(READ_JS)["values"] == start["values"]
+    assert "launch_budget.layers" not in page.url
+    assert not errors, errors
+
+
+def test_presets_offer_each_gpu_s_measured_values_and_the_models_and_precisions():
+    from lab_site.calculators import _LLAMA3
+
+    roots = store.roots_from(REPO, REPO / "docs", [str(RECORDS)], None)
+    loaded = store.load(roots, REPO)
+    gpus = sorted({g.slug: g for g in loaded.groups if g.is_gpu and g.runs[0].record.machine.gpu_count == 1}.values(),
+                  key=lambda g: g.slug != PRIMARY)
+    html = calculators.render(shortcodes.CalculatorRequest("speed_of_light", None),
+                              lambda topic, slug: loaded.machine(topic, slug, PRIMARY),
+                              lambda group: "../" + group.site_uri, gpus=gpus)
+    lists = dict(re.findall(r'<select data-preset="(\w+)">(.*?)</select>', html))
+    assert set(lists) == {"GPU", "Model", "Weights"}
+    for g in gpus:  # each GPU fills the bandwidth with its own measured copy rate
+        want = calculators._measured(calculators.CALCULATORS["speed_of_light"],
+                                     calculators.CALCULATORS["speed_of_light"].fields[-1],
+                                     loaded.machine("capstone.decode", g.slug, PRIMARY))[0]
+        assert f'data-values="{{&quot;bandwidth_gbs&quot;: &quot;{want}&quot;}}"' in lists["GPU"]
+    assert re.search(r'value="H200" [^>]*selected', lists["GPU"]), "the page's GPU is the one chosen"
+    assert re.search(r'value="Llama 3 8B" [^>]*selected', lists["Model"]), "the example's shape is Llama 3 8B"
+    assert [p.label for p in _LLAMA3] == ["Llama 3 8B", "Llama 3 70B"]
+    assert "selected" in lists["Weights"].split("bf16")[1].split("</option>")[0]
+
+
+@pytest.mark.browser
+def test_a_preset_fills_its_inputs_and_the_widget_agrees_with_python(pages, tmp_path):
+    opened, errors = pages
+    page = opened["speed_of_light"]
+    widget = page.locator('[data-lab-calculator="speed_of_light"]')
+    widget_result(page, "speed_of_light", {})
+    widget.locator('select[data-preset="Model"]').select_option("Llama 3 70B")
+    widget.locator('select[data-preset="Weights"]').select_option("int8")
+    gpu = widget.locator('select[data-preset="GPU"]')
+    gpu.select_option(index=2)  # the second GPU: not the page's
+    typed = widget.evaluate("w => Object.fromEntries([...w.querySelectorAll('input[name]')].map(i => [i.name, i.value]))")
+    assert typed["layers"] == "80" and typed["hidden"] == "8192" and typed["weight_bytes"] == "1"
+    assert widget.locator(".lab-calc__source").first.is_hidden(), "the page GPU's record no longer applies"
+    shown = widget.evaluate(READ_JS)
+    expected = python_result("speed_of_light", typed, tmp_path)
+    for o in calculators.CALCULATORS["speed_of_light"].outputs:
+        assert same_number(shown["values"][o.key], expected[o.key]), o.key
+    widget.locator('input[name="layers"]').fill("81")
+    assert widget.locator('select[data-preset="Model"]').input_value() == "", "a typed change is 'as typed'"
+    widget.locator(".lab-calc__reset").click()
+    assert widget.locator('select[data-preset="Model"]').input_value() == "Llama 3 8B"
+    assert not errors, errors

@@ -103,3 +103,24 @@ def test_the_glossary_page_lists_every_term_sorted():
 def test_a_line_that_is_not_an_abbreviation_stops_the_glossary():
     with pytest.raises(LabError, match="glossary.md:2 is not an abbreviation"):
         glossary_terms("*[GPU]: Graphics processing unit\nGPU - graphics processing unit\n")
+
+
+def test_every_concept_says_what_it_is_and_links_to_where_the_book_teaches_it(built_site):
+    import re
+
+    page = (built_site / "glossary" / "index.html").read_text(encoding="utf-8")
+    concepts = re.search(r'<h2 id="concepts">.*?<dl>(.*?)</dl>', page, re.S)
+    assert concepts, "the glossary has a Concepts section with a definition list"
+    entries = re.findall(r"<dt>(.*?)</dt>\s*<dd>(.*?)</dd>", concepts.group(1), re.S)
+    assert len(entries) >= 20
+    names = [re.sub(r"<[^>]+>", "", name) for name, _ in entries]
+    assert names == sorted(names, key=str.casefold), "alphabetical, as a reader looks them up"
+    for name, body in entries:
+        links = re.findall(r'href="([^"]+)"', body)
+        assert links, f"{name}: no link to where it is taught"
+        for href in links:
+            path, _, anchor = href.partition("#")
+            target = (built_site / "glossary" / path / "index.html").resolve()
+            assert target.is_file(), f"{name}: {href} is not a page"
+            if anchor:
+                assert f'id="{anchor}"' in target.read_text(encoding="utf-8"), f"{name}: {href} has no such section"

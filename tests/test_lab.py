@@ -930,23 +930,40 @@ def fake_torch(monkeypatch, tmp_path):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "torch" else real_find_spec(name, *a))
     writable = {"yes": False}
-    real_access = os.access
-    monkeypatch.setattr(runner.os, "access", lambda path, mode: writable["yes"] if str(path) == str(package)
-                        else real_access(path, mode))
-    monkeypatch.setenv("PYTHONPYCACHEPREFIX", "")  # recorded, so that what the runner sets is undone
-    monkeypatch.delenv("PYTHONPYCACHEPREFIX")
+    real_can_write = runner._can_write
+    monkeypatch.setattr(runner, "_can_write", lambda folder: writable["yes"] if folder == str(package)
+                        else real_can_write(folder))
+    for name in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE"):
+        monkeypatch.setenv(name, "")  # recorded, so that what the runner sets is undone
+        monkeypatch.delenv(name)
     monkeypatch.setattr(sys, "pycache_prefix", None)
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
     return package, writable
 
 
-def test_a_torch_without_bytecode_in_a_read_only_folder_gets_one_bytecode_folder_per_run(fake_torch, tmp_path):
-    """On the book's GPU machines every process that imports torch would compile its
-    sources again; the run's processes share one folder, this run's own."""
+@pytest.mark.parametrize("why", ["its folder is read-only", "PYTHONDONTWRITEBYTECODE is set"])
+def test_a_torch_without_bytecode_python_may_not_write_gets_one_bytecode_folder_per_run(
+        fake_torch, tmp_path, monkeypatch, why):
+    """Every process that imports such a torch would compile its sources again; the run's
+    processes share one folder, this run's own, and write their bytecode there only."""
     import examples.lab.__main__ as runner
 
+    _, writable = fake_torch
+    if why == "PYTHONDONTWRITEBYTECODE is set":
+        writable["yes"] = True
+        monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+        monkeypatch.setattr(sys, "dont_write_bytecode", True)
     folder = runner._bytecode_cache(str(tmp_path / "run"))
     assert folder == str(tmp_path / "run" / "bytecode") and os.path.isdir(folder)
     assert sys.pycache_prefix == folder and os.environ["PYTHONPYCACHEPREFIX"] == folder
+    assert not sys.dont_write_bytecode and "PYTHONDONTWRITEBYTECODE" not in os.environ
+
+
+def test_a_folder_is_writable_only_if_a_file_can_be_made_there(tmp_path):
+    import examples.lab.__main__ as runner
+
+    assert runner._can_write(str(tmp_path)) and list(tmp_path.iterdir()) == [], "the probe leaves nothing"
+    assert not runner._can_write(str(tmp_path / "missing"))
 
 
 @pytest.mark.parametrize("why", ["torch has its bytecode", "Python may write it", "the user chose a folder"])

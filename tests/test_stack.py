@@ -52,7 +52,10 @@ def test_roofline_on_the_cpu_places_every_point_under_its_roofs():
             expected = max(rate / peak, metrics["bandwidth"].median / roof)
             assert metrics["of_roof"].median == pytest.approx(expected)
             if op in ("copy", "add", "sum"):
-                assert metrics["of_roof"].median <= 1.0  # the roof is their best
+                # The memory roof is their best bandwidth. (Their of_roof may still pass 1
+                # on a busy CPU: the sum's additions over a sustained GEMM rate that the
+                # load held down; on a GPU a stream's FLOP rate is far below any GEMM's.)
+                assert metrics["bandwidth"].median / roof <= 1.0
 
 
 def test_sm_clocks_need_nvml(monkeypatch):

@@ -12,7 +12,10 @@
 //   speed_of_light   examples/capstone/speed_of_light.py
 //
 // Each widget keeps its raw results in data-value attributes (full precision) and
-// shows them rounded. Bad input shows one message under the form, never NaN.
+// shows them rounded. Bad input shows one message under the form, never NaN. Inputs take
+// numbers as a reader writes them (1,000; 2^37; 8192**3), lists of presets fill several at
+// once (a GPU's measured values, a model's shape, a precision), a reset button brings back
+// the measured start values, and the inputs a reader changed are kept in the page's address.
 (function () {
   "use strict"
 
@@ -76,8 +79,42 @@
     },
   }
 
-  const INTEGER = /^[+-]?\d+$/
-  const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i
+  // A number as a reader writes it: 1000, 1,000, 1.5e9, 2^37, 8192**3, 4096*4096*2, (2^10)^3.
+  // A tiny grammar, not eval: products of powers of plain numbers, with parentheses.
+  const NUMBER = /^(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?(?:e[+-]?\d+)?|^\.\d+(?:e[+-]?\d+)?/i
+
+  function evaluate(text) {
+    let rest = text.replace(/[\s_]/g, "")
+    function take(token) {
+      if (rest.startsWith(token)) { rest = rest.slice(token.length); return true }
+      return false
+    }
+    function atom() {
+      if (take("(")) {
+        const value = product()
+        if (!take(")")) throw new SyntaxError("unclosed parenthesis")
+        return value
+      }
+      const m = NUMBER.exec(rest)
+      if (!m) throw new SyntaxError("no number")
+      rest = rest.slice(m[0].length)
+      return Number(m[0].replace(/,/g, ""))
+    }
+    function power() {
+      const base = atom()
+      return take("**") || take("^") ? base ** power() : base  // right-associative, as in Python
+    }
+    function product() {
+      let value = power()
+      while (!rest.startsWith("**") && (take("*") || take("×"))) value *= power()
+      return value
+    }
+    const negative = take("-")
+    if (!negative) take("+")
+    const value = product()
+    if (rest !== "") throw new SyntaxError("trailing text")
+    return negative ? -value : value
+  }
 
   // The value of one input, or a message saying what is wrong with it.
   function parse(input) {
@@ -88,11 +125,15 @@
     const strict = input.dataset.strict === "true"
     const rule = strict ? `greater than ${min}` : `at least ${min}`
     if (text === "") return { error: `${label}: enter a number` }
-    if (!(kind === "int" ? INTEGER : DECIMAL).test(text)) {
+    let value
+    try {
+      value = evaluate(text)
+    } catch (e) {
       return { error: `${label}: “${text}” is not ${kind === "int" ? "a whole number" : "a number"}` }
     }
-    const value = Number(text)
     if (!Number.isFinite(value)) return { error: `${label}: “${text}” is too large` }
+    if (kind === "int" && !Number.isInteger(value)) return { error: `${label}: “${text}” is not a whole number` }
+    if (kind === "int" && !Number.isSafeInteger(value)) return { error: `${label}: “${text}” is too large` }
     if (strict ? !(value > min) : !(value >= min)) return { error: `${label}: must be ${rule}` }
     return { value }
   }
@@ -167,14 +208,82 @@
     bound.textContent = bound.getAttribute(`data-label-${label.replace(/ /g, "-")}`) || label
   }
 
+  // The inputs a reader changed live in the page's address (?launch_budget.layers=64), so a
+  // link shares them; a reload or a link restores them.
+  function remember(widget) {
+    const url = new URL(window.location.href)
+    for (const input of widget.querySelectorAll("input[name]")) {
+      const key = `${widget.dataset.labCalculator}.${input.name}`
+      if (input.value.trim() === input.dataset.default) url.searchParams.delete(key)
+      else url.searchParams.set(key, input.value.trim())
+    }
+    window.history.replaceState(window.history.state, "", url)
+  }
+
+  function restore(widget) {
+    const params = new URL(window.location.href).searchParams
+    for (const input of widget.querySelectorAll("input[name]")) {
+      const saved = params.get(`${widget.dataset.labCalculator}.${input.name}`)
+      if (saved !== null) input.value = saved
+    }
+  }
+
+  function resetButton(widget, form) {
+    const measured = widget.querySelector(".lab-calc__source")
+    const button = document.createElement("button")
+    button.type = "button"
+    button.className = "lab-calc__reset"
+    button.textContent = measured ? "Reset to the measured values" : "Reset to the page's values"
+    button.addEventListener("click", () => {
+      for (const input of widget.querySelectorAll("input[name]")) input.value = input.dataset.default
+      update(widget)
+      remember(widget)
+      showPresets(widget)
+    })
+    form.appendChild(button)
+  }
+
+  // Presets: a choice fills its inputs; after any change, each list shows the choice whose
+  // values the inputs hold, or "as typed".
+  function choosePreset(widget, select) {
+    const option = select.selectedOptions[0]
+    if (!option || !option.dataset.values) return
+    for (const [name, value] of Object.entries(JSON.parse(option.dataset.values))) {
+      const input = widget.querySelector(`input[name="${name}"]`)
+      if (input) input.value = value
+    }
+  }
+
+  function showPresets(widget) {
+    for (const select of widget.querySelectorAll("select[data-preset]")) {
+      const inputs = name => widget.querySelector(`input[name="${name}"]`)
+      const match = [...select.options].find(o => o.dataset.values &&
+        Object.entries(JSON.parse(o.dataset.values)).every(([k, v]) => inputs(k) && inputs(k).value.trim() === v))
+      select.value = match ? match.value : ""
+    }
+    // A start value's link names the record it came from: shown only while the input holds it.
+    for (const input of widget.querySelectorAll("input[name]")) {
+      const source = input.closest(".lab-calc__field").querySelector(".lab-calc__source")
+      if (source) source.hidden = input.value.trim() !== input.dataset.default
+    }
+  }
+
   function setup(root) {
     for (const widget of root.querySelectorAll("[data-lab-calculator]")) {
       if (widget.dataset.ready || !MODELS[widget.dataset.labCalculator]) continue
       widget.dataset.ready = "true"
       const form = widget.querySelector("form")
       form.addEventListener("submit", event => event.preventDefault())
-      form.addEventListener("input", () => update(widget))
+      form.addEventListener("input", event => {
+        if (event.target.matches("select[data-preset]")) choosePreset(widget, event.target)
+        update(widget)
+        remember(widget)
+        showPresets(widget)
+      })
+      resetButton(widget, form)
+      restore(widget)
       update(widget)
+      showPresets(widget)
     }
   }
 

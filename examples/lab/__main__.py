@@ -41,15 +41,17 @@ def _fresh_caches() -> str:
 def _bytecode_cache(root: str) -> str | None:
     """Where this run's Python processes keep the bytecode of a torch that has none of its own.
 
-    pip compiles a package's bytecode when it installs it. A torch installed without it
-    in a folder no one may write to (the book's GPU machines have one) makes every Python
-    process that imports it compile its sources again: about ten seconds of CPU each, and
-    a run starts several (Inductor's compile workers, the profilers' and the allocator's
-    children). There the run's processes share one bytecode folder, new for each run like
-    its compiler caches: the first process compiles, the others read what it wrote. The
-    bytecode is what pip would have written, so no figure changes, only the seconds a run
-    takes. Returns the folder, or None where nothing needed doing (torch has its bytecode,
-    may write it, is not installed, or PYTHONPYCACHEPREFIX is already set).
+    pip compiles a package's bytecode when it installs it. A torch installed without it,
+    where Python may not write it (a folder no one may write to, or PYTHONDONTWRITEBYTECODE
+    set, as container images often do), makes every Python process that imports torch
+    compile its sources again: seconds of CPU each, and a run starts several (Inductor's
+    compile workers, the profilers' and the allocator's children). There the run's
+    processes share one bytecode folder, new for each run like its compiler caches and
+    nowhere near the installed sources: the first process compiles, the others read what
+    it wrote. The bytecode is what pip would have written, so no figure changes, only the
+    seconds a run takes. Returns the folder, or None where nothing needed doing (torch has
+    its bytecode, Python writes it beside torch on the first import, torch is not
+    installed, or PYTHONPYCACHEPREFIX is already set).
     """
     import importlib.util
 
@@ -60,13 +62,28 @@ def _bytecode_cache(root: str) -> str | None:
         return None
     if os.path.exists(importlib.util.cache_from_source(spec.origin)):
         return None
-    if os.access(os.path.dirname(spec.origin), os.W_OK):
+    if not sys.dont_write_bytecode and _can_write(os.path.dirname(spec.origin)):
         return None  # Python writes torch's bytecode beside it on the first import
     folder = os.path.join(root, "bytecode")
     os.makedirs(folder, exist_ok=True)
-    sys.pycache_prefix = folder  # this process: read when each module is imported
-    os.environ["PYTHONPYCACHEPREFIX"] = folder  # the processes it starts
+    # This process (read at each import) and the processes it starts (their environment).
+    sys.pycache_prefix, sys.dont_write_bytecode = folder, False
+    os.environ["PYTHONPYCACHEPREFIX"] = folder
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     return folder
+
+
+def _can_write(folder: str) -> bool:
+    """Whether a file can be made in ``folder``: tried, since a permission check can say
+    yes where the file system then refuses (a read-only mount seen by root). The file
+    is gone again when this returns."""
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
 
 
 def _run(args) -> int:
@@ -74,7 +91,7 @@ def _run(args) -> int:
         return _repeat(args)
     bytecode = _bytecode_cache(_fresh_caches())
     if bytecode and os.environ.get("LAB_TRACE") == "1":
-        print(f"[lab] torch has no bytecode and may not write it: this run keeps it in {bytecode}",
+        print(f"[lab] torch has no bytecode and Python may not write it there: this run keeps it in {bytecode}",
               file=sys.stderr, flush=True)
     import torch
     from tqdm import tqdm

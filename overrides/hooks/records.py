@@ -39,6 +39,7 @@ with a current run that lacks it is still an error (``lab_site.markdown``). Ever
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import logging
 import os
@@ -175,6 +176,26 @@ def _html_link(page: Page):
     return lambda entry: posixpath.relpath(entry.site_uri, base or ".")
 
 
+def _gpu_named(value_html: str, group: store.Group) -> str:
+    """A number the page quotes from its primary GPU says so (``data-lab-gpu``): when a reader
+    picks another GPU's tab, javascripts/evidence.js names that GPU beside the number."""
+    if not group.is_gpu or not value_html.startswith('<span class="lab-value'):
+        return value_html
+    attrs = (f' data-lab-gpu="{html.escape(group.label, quote=True)}"'
+             f' data-lab-gpu-short="{html.escape(group.short_label, quote=True)}"')
+    return value_html.replace("<span", "<span" + attrs, 1)
+
+
+def _book_gpus() -> list[store.Group]:
+    """One group per one-GPU machine of the book's own records, the primary first: what the
+    calculators offer as GPU presets (only a machine's slug and name are used)."""
+    seen: dict[str, store.Group] = {}
+    for g in state.store.groups:
+        if g.root.index == 0 and g.is_gpu and g.runs and g.runs[0].record.machine.gpu_count == 1:
+            seen.setdefault(g.slug, g)
+    return sorted(seen.values(), key=lambda g: (g.slug != state.primary, g.slug))
+
+
 def _note_stale(page: Page, groups: list[store.Group]) -> None:
     for g in groups:
         key = (page.file.src_uri, g.key)
@@ -211,11 +232,14 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
             _note_stale(page, groups)
             return render.timeline(req, groups, _link(page), lambda g, t: _timeline(req, g, t, page))
         if isinstance(req, shortcodes.CalculatorRequest):
-            return calculators.render(req, lambda topic, slug: _group(page, topic, slug), _html_link(page))
+            return calculators.render(req, lambda topic, slug: _group(page, topic, slug), _html_link(page),
+                                      gpus=_book_gpus())
         if isinstance(req, shortcodes.ValueRequest):
             group = _group(page, req.topic, req.machine)
             _warn_if_noisy(req, group, page)
-            return render.value(req, group)
+            value_html = render.value(req, group)
+            # A number whose shortcode names its machine is named by its sentence too.
+            return value_html if req.machine else _gpu_named(value_html, group)
         return _claim(req, code, page)
     except LabError as exc:
         raise LabError(f"{code.text}: {exc}") from None

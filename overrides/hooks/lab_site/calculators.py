@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import html
 import importlib
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from lab_site import LabError
@@ -65,6 +66,15 @@ class Output:
 
 
 @dataclass(frozen=True)
+class Preset:
+    """Start values a reader picks from a list instead of typing: a model's shape, a precision."""
+
+    group: str  # the list it is in: "Model", "Weights"
+    label: str  # "Llama 3 70B"
+    values: dict[str, str]  # field name -> value as typed
+
+
+@dataclass(frozen=True)
 class Calculator:
     name: str
     module: str
@@ -73,6 +83,9 @@ class Calculator:
     outputs: tuple[Output, ...]
     label_key: str  # the JSON key of the verdict (the bound)
     labels: dict[str, str] = field(default_factory=dict)  # verdict value -> words shown
+    presets: tuple[Preset, ...] = ()
+    #: A list of the book's GPUs, each filling the record-fed inputs from its own records.
+    gpu_presets: bool = False
 
     def argv(self, values: dict[str, str]) -> list[str]:
         """The example's command line for the inputs ``values`` (as typed)."""
@@ -80,6 +93,15 @@ class Calculator:
         for f in self.fields:
             out += [f.flag, f"{values[f.name]}{f.suffix}"]
         return out
+
+
+#: Two shapes of Meta's Llama 3, from each model card's config.json (num_hidden_layers,
+#: hidden_size, intermediate_size, num_attention_heads, num_key_value_heads, vocab_size;
+#: head width = hidden / heads): huggingface.co/meta-llama/Meta-Llama-3-8B and -70B.
+_LLAMA3 = tuple(
+    Preset("Model", name, dict(zip(("layers", "hidden", "ffn", "heads", "kv_heads", "head_dim", "vocab"), shape)))
+    for name, shape in (("Llama 3 8B", ("32", "4096", "14336", "32", "8", "128", "128256")),
+                        ("Llama 3 70B", ("80", "8192", "28672", "64", "8", "128", "128256"))))
 
 
 def _ring_bytes(text: str) -> float:
@@ -108,6 +130,7 @@ CALCULATORS: dict[str, Calculator] = {
             label_key="verdict",
             labels={"over budget": "Over budget: the launches alone take longer than a token may",
                     "within budget": "Within budget: the launches fit in a token's time"},
+            gpu_presets=True,
         ),
         Calculator(
             "dispatch_budget", "examples.dispatch.budget", "CPU-dispatch budget",
@@ -129,6 +152,7 @@ CALCULATORS: dict[str, Calculator] = {
             ),
             label_key="bound",
             labels={"CPU": "CPU-bound: faster kernels would not help", "GPU": "GPU-bound: the CPU keeps ahead"},
+            gpu_presets=True,
         ),
         Calculator(
             "roofline", "examples.stack.roofline_model", "Roofline",
@@ -149,6 +173,7 @@ CALCULATORS: dict[str, Calculator] = {
             label_key="bound",
             labels={"memory": "Memory-bound: below the ridge, bandwidth sets the pace",
                     "compute": "Compute-bound: at or above the ridge, arithmetic sets the pace"},
+            gpu_presets=True,
         ),
         Calculator(
             "ring_allreduce", "examples.collectives.ring_model", "Ring all-reduce",
@@ -198,6 +223,11 @@ CALCULATORS: dict[str, Calculator] = {
             label_key="bound",
             labels={"weights": "Weight-bound: the weights are most of the bytes",
                     "kv cache": "KV-cache-bound: the cached keys and values are most of the bytes"},
+            presets=(*_LLAMA3,
+                     Preset("Weights", "bf16", {"weight_bytes": "2"}),
+                     Preset("Weights", "int8", {"weight_bytes": "1"}),
+                     Preset("Weights", "int4", {"weight_bytes": "0.5"})),
+            gpu_presets=True,
         ),
     )
 }
@@ -268,8 +298,51 @@ def _measured(calc: Calculator, f: Field, group: Group) -> tuple[str, str]:
     return _plain(value), title
 
 
+def _gpu_presets(calc: Calculator, group_of: Callable[[str, str | None], Group],
+                 gpus: Sequence[Group]) -> list[Preset]:
+    """One preset per GPU of the book whose records hold every record-fed input of ``calc``."""
+    out = []
+    for gpu in gpus:
+        values = {}
+        for f in calc.fields:
+            if f.source is None:
+                continue
+            try:
+                group = group_of(f.source.topic, gpu.slug)
+                if group.stale:
+                    raise SelectionError("stale")
+                values[f.name], _ = _measured(calc, f, group)
+            except (SelectionError, LabError):  # a GPU without this figure is not offered
+                values = None
+                break
+        if values:
+            out.append(Preset("GPU", gpu.short_label, values))
+    return out
+
+
+def _presets_html(presets: Sequence[Preset], start: dict[str, str]) -> str:
+    """A list per preset group; the choice whose values are the start values is chosen."""
+    esc = lambda s: html.escape(str(s), quote=True)  # noqa: E731
+    groups: dict[str, list[Preset]] = {}
+    for p in presets:
+        groups.setdefault(p.group, []).append(p)
+    parts = ['<div class="lab-calc__presets">']
+    for name, choices in groups.items():
+        options = ['<option value="">as typed</option>']
+        for p in choices:
+            chosen = " selected" if all(start.get(k) == v for k, v in p.values.items()) else ""
+            options.append(f'<option value="{esc(p.label)}" data-values="{esc(json.dumps(p.values))}"{chosen}>'
+                           f"{esc(p.label)}</option>")
+        parts.append(f'<label class="lab-calc__preset"><span class="lab-calc__label">{esc(name)}</span>'
+                     f'<select data-preset="{esc(name)}">{"".join(options)}</select></label>')
+    parts.append("</div>")
+    return "".join(parts)
+
+
 def render(req: CalculatorRequest, group_of: Callable[[str, str | None], Group],
-           link: Callable[[Group], str]) -> str:
+           link: Callable[[Group], str], gpus: Sequence[Group] = ()) -> str:
+    """The widget; ``gpus``: the book's GPUs (groups of any topic), offered as presets where the
+    calculator has ``gpu_presets``."""
     calc = CALCULATORS.get(req.name)
     if calc is None:
         raise LabError(f"unknown calculator {req.name!r} (known: {', '.join(sorted(CALCULATORS))})")
@@ -279,6 +352,7 @@ def render(req: CalculatorRequest, group_of: Callable[[str, str | None], Group],
              f'data-label-key="{esc(calc.label_key)}">',
              f'<p class="lab-calc__title">Try it: {esc(calc.title)}</p>',
              '<form class="lab-calc__inputs" autocomplete="off">']
+    starts: dict[str, str] = {}
     for f in calc.fields:
         source_html = ""
         if f.source is None:
@@ -297,6 +371,7 @@ def render(req: CalculatorRequest, group_of: Callable[[str, str | None], Group],
                 shown = f"{NOT_MEASURED}: {group.short_label}"
             source_html = (f'<a class="lab-calc__source" href="{esc(link(group))}" title="{esc(title)}">'
                            f'{esc(shown)}</a>')
+        starts[f.name] = str(value)
         inputmode = "numeric" if f.kind == "int" else "decimal"
         unit = f'<span class="lab-calc__unit">{esc(f.unit)}</span>' if f.unit else ""
         parts.append(
@@ -305,6 +380,9 @@ def render(req: CalculatorRequest, group_of: Callable[[str, str | None], Group],
             f'name="{esc(f.name)}" value="{esc(value)}" data-default="{esc(value)}" data-kind="{f.kind}" '
             f'data-min="{f.minimum:g}" data-strict="{str(f.strict).lower()}" data-flag="{esc(f.flag)}">'
             f'{unit}</span>{source_html}</label>')
+    presets = [*(_gpu_presets(calc, group_of, gpus) if calc.gpu_presets else []), *calc.presets]
+    if presets:
+        parts.insert(3, _presets_html(presets, starts))
     parts.append('</form>')
     parts.append('<p class="lab-calc__error" role="alert" hidden></p>')
     parts.append('<dl class="lab-calc__outputs">')

@@ -51,7 +51,7 @@ class Page:
 
 
 def expand(markdown: str, render_one: Callable[[str], str]) -> str:
-    """Replace each marker line outside fenced code with ``render_one(name)``."""
+    """Replace each marker line outside fenced code with ``render_one(name)``, indented as the marker."""
     out: list[str] = []
     fence: tuple[str, int] | None = None
     for line in markdown.splitlines(keepends=True):
@@ -64,8 +64,10 @@ def expand(markdown: str, render_one: Callable[[str], str]) -> str:
             fence = (opened["fence"][0], len(opened["fence"]))
         else:
             whole = MARKER.fullmatch(line.strip())
-            if whole is not None:
-                line = "\n" + render_one(whole.group(1)).strip("\n") + "\n\n"
+            if whole is not None:  # indented as the marker is: inside an admonition or a tab too
+                indent = line[:len(line) - len(line.lstrip())]
+                rendered = render_one(whole.group(1)).strip("\n").splitlines()
+                line = "\n" + "".join(f"{indent}{r}\n" if r.strip() else "\n" for r in rendered) + "\n"
             elif MARKER.search(line):
                 raise LabError(f"{MARKER.search(line).group(0)} makes a block; put it alone on its line")
         out.append(line)
@@ -435,7 +437,32 @@ def relative_link(page_src: str) -> Callable[[Entry], str]:
     return lambda entry: posixpath.relpath(entry.site_uri, base)
 
 
-NAMES = ("machines", "seconds", "records", "claims", "glossary")
+NAMES = ("machines", "measured", "seconds", "records", "claims", "glossary")
+
+
+_COUNT_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 8: "eight"}
+
+
+def measured(store: Store) -> str:
+    """When the book's own records were taken, one line per GPU setup: the landing page's
+    "when it was measured" (the machines table below it has the rest)."""
+    setups: dict[tuple[str, int], tuple[str, list[str], set[str]]] = {}
+    for g in store.groups:
+        if g.root.index != 0 or not g.is_gpu:
+            continue
+        for e in g.runs:
+            m = e.record.machine
+            key = (m.gpu_name or g.slug, m.gpu_count or 1)
+            name, dates, topics = setups.setdefault(key, (m.gpu_name or g.slug, [], set()))
+            dates.append(e.record.run.date)
+            topics.add(e.record.topic)
+    if not setups:
+        raise LabError("no GPU records in the book's records folder")
+    lines = []
+    for (name, count), (_, dates, topics) in sorted(setups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        gpus = f"{_COUNT_WORDS.get(count, str(count))} {name}" + ("s of one host" if count > 1 else "")
+        lines.append(f"- {gpus}: {date_span(dates)}, {plural(len(topics), 'topic')}")
+    return "\n".join(lines)
 
 
 def render_named(name: str, *, store: Store, primary: str | None, nav: list, docs_dir: Path,
@@ -443,6 +470,8 @@ def render_named(name: str, *, store: Store, primary: str | None, nav: list, doc
     """The Markdown of one ``<!-- lab:generated NAME -->`` marker."""
     if name == "machines":
         return machines(store, primary)
+    if name == "measured":
+        return measured(store)
     if name == "seconds":
         return seconds(store, primary)
     if name == "glossary":
