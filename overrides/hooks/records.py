@@ -243,6 +243,10 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
             if unknown:
                 raise LabError(f"legend= names {', '.join(map(repr, unknown))}, which no series of {req.series} has "
                                f"(values: {', '.join(sorted(keys))})")
+            unknown = sorted(set(req.lines + req.annotate) - keys) if keys else []
+            if unknown:
+                raise LabError(f"lines=/annotate= name {', '.join(map(repr, unknown))}, which no series of "
+                               f"{req.series} has (values: {', '.join(sorted(keys))})")
             unknown = [x for x in req.order or () if x not in xs] if xs else []
             if unknown:
                 raise LabError(f"order= names {', '.join(map(repr, unknown))}, which no row drawn has at {req.x}")

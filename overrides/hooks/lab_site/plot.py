@@ -38,7 +38,7 @@ import matplotlib.patches  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
 from lab_site import LabError  # noqa: E402
-from lab_site.fmt import format_quantity, format_range, plural, unit_text  # noqa: E402
+from lab_site.fmt import format_number, format_quantity, format_range, plural, unit_text  # noqa: E402
 from lab_site.timeline import Event, Timeline  # noqa: E402
 
 #: Drawn for "the page's text colour" and replaced by currentColor.
@@ -59,7 +59,7 @@ _DECIMAL = (("T", 1e12), ("G", 1e9), ("M", 1e6))
 #: The id a hover target is drawn with; :func:`_clean` gives each its ``<title>``.
 _HOVER_ID = "labhover{}"
 #: A bar plot: inches per bar and between categories, and around the axes.
-BAR_IN, CATEGORY_GAP_IN, BAR_FRAME_IN = 0.17, 0.14, 1.0
+BAR_IN, CATEGORY_GAP_IN, BAR_FRAME_IN = 0.14, 0.12, 1.1
 
 
 @dataclass(frozen=True)
@@ -242,10 +242,15 @@ def line_plot(
                 elif marked:
                     ax.plot(xs, ys, linestyle="none", marker=MARKERS[i % len(MARKERS)], markersize=7,
                             color=color, label=s.label)
-                    for x, p in zip(xs, s.points):
-                        ax.annotate(_literal(f"{s.label or s.key} {tick_text(p.x, xunit) if numeric else p.x}"),
-                                    (x, p.y), xytext=(6, -10), textcoords="offset points", ha="left",
-                                    va="top", fontsize=9, color=color)
+                    # One label per series, at its middle point: runs that each measured their own
+                    # point (a ridge per run) are labelled once, with the range of their x.
+                    ordered = sorted(zip(xs, s.points), key=lambda xp: xp[0])
+                    first, last = (str(p.x) if not numeric else tick_text(p.x, xunit) if xunit
+                                   else format_number(p.x) for _, p in (ordered[0], ordered[-1]))
+                    where = first if first == last else f"{first}–{last}"
+                    middle = ordered[len(ordered) // 2]
+                    ax.annotate(_literal(f"{s.label or s.key} {where}"), (middle[0], middle[1].y), xytext=(-8, 6),
+                                textcoords="offset points", ha="right", va="bottom", fontsize=9, color=color)
                 else:
                     ax.plot(xs, ys, marker=MARKERS[i % len(MARKERS)], markersize=4, linewidth=1.6,
                             color=color, label=s.label)
@@ -351,8 +356,8 @@ def bar_plot(
             ax.set_axisbelow(True)
             if title:
                 ax.set_title(title, wrap=True)
-            if any(s.label for s in series):
-                ax.legend(loc="lower right")
+            if any(s.label for s in series):  # above the bars, in a row: inside, it would hide some
+                fig.legend(loc="outside upper center", ncols=min(n, 4))
             buffer = io.StringIO()
             fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
         finally:
