@@ -281,3 +281,61 @@ def test_the_capstone_ladder_is_bars_of_every_rung_per_gpu_against_a_roof_at_one
     assert {r["series"] for r in rows} == {"H200", "H100 80GB HBM3"}
     assert {r["topic"] for r in rows} == {"capstone.decode", "capstone.fused_decode"}
     assert all(0 < float(r["speed_of_light_fraction"]) < 1 for r in rows)
+
+
+# -- the hook as MkDocs calls it ------------------------------------------------------------
+
+@pytest.fixture
+def hook(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from mkdocs.config import load_config
+
+    from tests.hook_support import REPO
+
+    config = load_config(str(REPO / "mkdocs.yml"))
+    module = config.hooks["overrides/hooks/records.py"]
+    monkeypatch.setitem(config.extra, "lab", {"record_roots": ["tests/fixtures/records"], "primary_machine": H200})
+    config.site_dir = str(tmp_path / "site")
+    (tmp_path / "site").mkdir()
+    module.on_config(config)
+    module.on_pre_build(config)
+    return SimpleNamespace(module=module, config=config)
+
+
+def expand(hook, text: str, src: str = "part/chapter.md") -> str:
+    from types import SimpleNamespace
+    page = SimpleNamespace(file=SimpleNamespace(src_uri=src), url=src.replace(".md", "/"))
+    return hook.module.on_page_markdown(text, page=page, config=hook.config, files=None)
+
+
+@pytest.mark.parametrize("options, message", [
+    ("kind=pie", "kind='pie' is not one of line, bars"),
+    ('order="eager|replay"', "order= names 'replay', which no row drawn has at mode"),
+    ("lines=replay", "lines=/annotate= name 'replay', which no series of layers has (values: 32, 8)"),
+])
+def test_a_malformed_plot_fails_the_build_in_one_line_naming_the_page(hook, options, message):
+    from mkdocs.exceptions import PluginError
+
+    series = "series=layers" if "lines" in options else "layers=8"
+    text = f"<!-- lab:plot {TOPIC} x=mode y=time {series} xlabel=mode ylabel=time {options} -->\n"
+    with pytest.raises(PluginError) as info:
+        expand(hook, text)
+    assert str(info.value).startswith("part/chapter.md: <!-- lab:plot") and message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_plot_per_gpu_is_one_figure_with_each_groups_provenance(hook):
+    out = expand(hook, f'<!-- lab:plot {TOPIC} kind=bars x=mode y=time series=machine layers=8 '
+                       'refline="500:a line" xlabel=mode ylabel=time title="Time by mode" -->\n')
+    assert "===" not in out  # no tabs: one figure for every GPU
+    lines = [line for line in out.splitlines() if line.startswith(f"`{TOPIC}` · ")]
+    assert len(lines) == 3 and "NVIDIA H200" in lines[0] and "NVIDIA H100" in lines[1]
+    assert "!!! warning" in out  # the H100's runs are stale: said under its provenance
+    [token] = re.findall(r"LABPLOT[0-9a-f]{8}", out)
+    from types import SimpleNamespace
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="part/chapter.md"), url="part/chapter/")
+    html = hook.module.on_page_content(f"<p>{token}</p>", page=page, config=hook.config, files=None)
+    assert '<figure class="lab-plot" id="figure-1">' in html and ">a line<" in html
+    assert 'href="#figure-1">Figure 1</a>. Time by mode · <a class="lab-plot__csv"' in html
+    assert len(hover_titles(html)) == 5  # eager and graph on two GPUs, eager on the CPU
