@@ -339,3 +339,17 @@ def test_a_plot_per_gpu_is_one_figure_with_each_groups_provenance(hook):
     assert '<figure class="lab-plot" id="figure-1">' in html and ">a line<" in html
     assert 'href="#figure-1">Figure 1</a>. Time by mode · <a class="lab-plot__csv"' in html
     assert len(hover_titles(html)) == 5  # eager and graph on two GPUs, eager on the CPU
+
+
+def test_a_series_per_gpu_leaves_out_only_stale_or_cpu_groups_that_lack_the_rows(fixture_store):
+    from lab_site.figures import SelectionError
+
+    # Only the H200 and H100 measured a graph; the CPU is left out, not an error.
+    request = req(f"<!-- lab:plot {TOPIC} kind=bars x=mode y=speedup series=machine layers=8 xlabel=a ylabel=b -->")
+    series, _, _ = machine_series(request, [fixture_store.topic(TOPIC, H200)])
+    assert [s.key for s in series] == [H200, H100]
+    # A current GPU that lacks what the page asks is an error, as it is for a tab.
+    request = req(f"<!-- lab:plot {TOPIC} kind=bars x=mode y=speedup series=machine layers=8 mode=eager "
+                  "xlabel=a ylabel=b -->")
+    with pytest.raises(SelectionError, match="no selected row has the metric 'speedup'"):
+        machine_series(request, [fixture_store.topic(TOPIC, H200)])

@@ -234,9 +234,8 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
             else:
                 groups = state.store.topic(req.topic, state.primary)
                 _note_stale(page, groups)
-                tabs = iter(range(len(groups)))
-                out = render.plot(req, groups, _link(page),
-                                  lambda g: _plot(req, g, page, keys, xs, number, next(tabs)))
+                made: list[str] = []  # the figure ids of this plot's tabs so far
+                out = render.plot(req, groups, _link(page), lambda g: _plot(req, g, page, keys, xs, number, made))
             # A legend is checked against the series drawn, order= against the x values drawn; where
             # every group's stale runs lack the plot (tabs saying so), nothing was drawn to check them.
             unknown = sorted(set(req.legend) - keys) if keys else []
@@ -259,9 +258,8 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
             groups = state.store.topic(req.topic, state.primary)
             _note_stale(page, groups)
             number = _number(page)
-            tabs = iter(range(len(groups)))
-            return render.timeline(req, groups, _link(page),
-                                   lambda g, t: _timeline(req, g, t, page, number, next(tabs)))
+            made = []
+            return render.timeline(req, groups, _link(page), lambda g, t: _timeline(req, g, t, page, number, made))
         if isinstance(req, shortcodes.CalculatorRequest):
             return calculators.render(req, lambda topic, slug: _group(page, topic, slug), _html_link(page),
                                       gpus=_book_gpus())
@@ -312,18 +310,20 @@ def _number(page: Page) -> int:
     return state.figures[page.file.src_uri]
 
 
-def _figure(page: Page, svg: str, *, number: int, tab: int, group: store.Group | None, caption: str,
-            csv: str, points: int) -> str:
-    """Keep the ``<figure>`` of one tab (SVG, numbered caption, CSV link) and its CSV; return its token."""
-    token, _ = _placeholder(page)
-    fid = captions.figure_id(number, None if tab == 0 or group is None
+def _figure(page: Page, token: str, svg: str, *, number: int, made: list[str], group: store.Group | None,
+            caption: str, csv: str, points: int) -> None:
+    """Keep the ``<figure>`` of one tab (SVG, numbered caption, CSV link) under ``token``, and its CSV.
+
+    The first tab drawn (``made`` is empty) is ``#figure-N``; another adds its machine.
+    """
+    fid = captions.figure_id(number, None if not made or group is None
                              else group.slug if group.root.index == 0 else f"{group.root.index}-{group.slug}")
+    made.append(fid)
     site_path, href = captions.csv_path(page.file.src_uri, page.url, fid)
     state.csv[site_path] = csv
     state.plots[page.file.src_uri][token] = captions.figure_html(
         svg, fid=fid, number=number, caption=caption, machine=group.label if group else None, csv_href=href,
         points=points)
-    return token
 
 
 def _draw(req: shortcodes.PlotRequest, series: list, unit: str, uid: str, description: str) -> str:
@@ -348,17 +348,17 @@ def _drawn_x(series: list) -> set[str]:
 
 
 def _plot(req: shortcodes.PlotRequest, group: store.Group, page: Page, keys: set[str], xs: set[str],
-          number: int, tab: int) -> tuple[str, list]:
+          number: int, made: list[str]) -> tuple[str, list]:
     series, unit, figures = series_of(req, group)
     keys.update(s.key for s in series if s.key is not None)
     xs.update(_drawn_x(series))
-    _, digest = _placeholder(page)
+    token, digest = _placeholder(page)
     ylabel = render.plot_axis_label(req.ylabel, unit)
     svg = _draw(req, series, unit, f"labplot-{digest}",
                 f"{req.title + ': ' if req.title else ''}{ylabel} against {req.xlabel} on {group.label}"
                 + (f", median of {plural(len(group.runs), 'run')} with their range" if len(group.runs) > 1 else ""))
-    token = _figure(page, svg, number=number, tab=tab, group=group, caption=_caption(req, unit),
-                    csv=csv_text(series, req, unit), points=sum(len(s.points) for s in series))
+    _figure(page, token, svg, number=number, made=made, group=group, caption=_caption(req, unit),
+            csv=csv_text(series, req, unit), points=sum(len(s.points) for s in series))
     return token, figures
 
 
@@ -375,12 +375,12 @@ def _machine_plot(req: shortcodes.PlotRequest, page: Page, number: int, keys: se
     series, unit, drawn = machine_series(req, topics)
     keys.update(s.key for s in series if s.key is not None)
     xs.update(_drawn_x(series))
-    _, digest = _placeholder(page)
+    token, digest = _placeholder(page)
     svg = _draw(req, series, unit, f"labplot-{digest}",
                 f"{req.title + ': ' if req.title else ''}{render.plot_axis_label(req.ylabel, unit)} by {req.xlabel} "
                 f"on {', '.join(s.label for s in series)}: the median of each GPU's runs, with their range")
-    token = _figure(page, svg, number=number, tab=0, group=None, caption=_caption(req, unit),
-                    csv=csv_text(series, req, unit), points=sum(len(s.points) for s in series))
+    _figure(page, token, svg, number=number, made=[], group=None, caption=_caption(req, unit),
+            csv=csv_text(series, req, unit), points=sum(len(s.points) for s in series))
     link = _link(page)
     parts = []
     for group, figures in drawn:
@@ -391,8 +391,8 @@ def _machine_plot(req: shortcodes.PlotRequest, page: Page, number: int, keys: se
 
 
 def _timeline(req: shortcodes.TimelineRequest, group: store.Group, timeline: timeline_mod.Timeline,
-              page: Page, number: int, tab: int) -> str:
-    _, digest = _placeholder(page)
+              page: Page, number: int, made: list[str]) -> str:
+    token, digest = _placeholder(page)
     panels = "; ".join(p.title for p in timeline.panels)
     svg = plot_mod.timeline_plot(
         timeline,
@@ -400,9 +400,10 @@ def _timeline(req: shortcodes.TimelineRequest, group: store.Group, timeline: tim
         description=f"{req.title + ': ' if req.title else ''}Timeline of {panels} on {group.label} "
                     f"(run {group.runs[-1].run_id}): lanes {', '.join(timeline.lane_names)}",
     )
-    rows = timeline_mod.csv_text(timeline)
-    return _figure(page, svg, number=number, tab=tab, group=group,
-                   caption=req.title or f"Timeline of {panels}", csv=rows, points=rows.count("\n") - 1)
+    events = sum(len(lane.events) for panel in timeline.panels for lane in panel.lanes)
+    _figure(page, token, svg, number=number, made=made, group=group, caption=req.title or f"Timeline of {panels}",
+            csv=timeline_mod.csv_text(timeline), points=events)
+    return token
 
 
 def _claim(req: shortcodes.ClaimRequest, code: shortcodes.Shortcode, page: Page) -> str:

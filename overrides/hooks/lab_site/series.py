@@ -99,9 +99,10 @@ def machine_series(request: PlotRequest, topics: Sequence[Sequence[Group]]
 
     ``topics`` holds each topic's groups, in the shortcode's order. An x value comes from
     the first topic that has it on that GPU (a later topic re-measuring a rung adds
-    nothing); each point's hover names its topic where there are several. A GPU with no
-    row to draw is left out; the groups drawn come back with their figures (for their
-    provenance). Returns the series, the y unit, and those groups.
+    nothing); each point's hover names its topic where there are several. A stale group or
+    a CPU's with no row to draw is left out (a current GPU's is an error, as for a tab); the
+    groups drawn come back with their figures (for their provenance). Returns the series,
+    the y unit, and those groups.
     """
     by_machine: dict[str, list[Point]] = {}
     labels: dict[str, str] = {}
@@ -113,6 +114,8 @@ def machine_series(request: PlotRequest, topics: Sequence[Sequence[Group]]
             try:
                 found, unit, figures = series_of(request, group, group.topic if len(topics) > 1 else None)
             except SelectionError as exc:
+                if group.is_gpu and not group.stale:
+                    raise  # as a tab would: the page asks a current GPU run for what it does not measure
                 lacking.append(exc)
                 continue
             machine = f"{group.root.index}/{group.slug}"  # a reader's records beside the book's are another series
