@@ -143,6 +143,7 @@ def test_the_new_plot_options_parse():
     ('refline="one:roof"', "refline='one:roof': the line's value 'one' is not a number"),
     ("ymin=1 ymax=0", "ymin=1 is not below ymax=0"),
     ("ymax=high", "ymax= takes a number, not 'high'"),
+    ("logy=true ymin=0", "ymin=0 cannot start a log axis (logy=true): give one above 0"),
     ('order="a||b"', "holds an empty value (values are parted by |)"),
     ('order="a|b|a"', "names 'a' twice"),
     ("kind=bars logx=true", "kind=bars draws categories along a linear axis: it takes no logx="),
@@ -353,3 +354,10 @@ def test_a_series_per_gpu_leaves_out_only_stale_or_cpu_groups_that_lack_the_rows
                   "xlabel=a ylabel=b -->")
     with pytest.raises(SelectionError, match="no selected row has the metric 'speedup'"):
         machine_series(request, [fixture_store.topic(TOPIC, H200)])
+
+
+def test_a_plot_per_gpu_whose_stale_runs_all_lack_it_says_not_yet_measured(hook, fixture_store):
+    h100 = [g for g in fixture_store.groups if g.slug == H100]  # its one run is stale
+    hook.module.state.store = store.Store(entries=fixture_store.entries, groups=h100)
+    out = expand(hook, f"<!-- lab:plot {TOPIC} kind=bars x=mode y=latency series=machine xlabel=a ylabel=b -->\n")
+    assert "not yet measured by the current code" in out.lower() and "LABPLOT" not in out

@@ -372,7 +372,13 @@ def _machine_plot(req: shortcodes.PlotRequest, page: Page, number: int, keys: se
             raise LabError(f"no record of topic {topic} in any records folder")
         _note_stale(page, groups)
         topics.append(groups)
-    series, unit, drawn = machine_series(req, topics)
+    try:
+        series, unit, drawn = machine_series(req, topics)
+    except SelectionError as exc:
+        if any(not g.stale for groups in topics for g in groups):
+            raise
+        # Every run is stale and lacks it: the code may measure it now, no record says yet (as a tab says).
+        return "\n\n".join(render.not_measured_tab(g, exc, _link(page)) for groups in topics for g in groups)
     keys.update(s.key for s in series if s.key is not None)
     xs.update(_drawn_x(series))
     token, digest = _placeholder(page)

@@ -441,12 +441,19 @@ def _clean(svg: str, uid: str, description: str, hovers: Sequence[str] = ()) -> 
     """Inline-ready SVG: no prologue, scalable, page colours and font, ids unique to ``uid``, and
     ``hovers[i]`` as the ``<title>`` of the i-th hover target (every one must be in the SVG)."""
     svg = svg[svg.index("<svg"):]
-    for i, text in enumerate(hovers):
-        target = f'<g id="{_HOVER_ID.format(i)}">'
-        if svg.count(target) != 1:
-            raise LabError(f"hover target {i} of {len(hovers)} is not once in the SVG")
-        svg = svg.replace(target, f'<g id="{_HOVER_ID.format(i)}" class="lab-plot__point">'
-                                  f"<title>{html.escape(text, quote=False)}</title>", 1)
+    found: list[int] = []
+
+    def titled(match: re.Match[str]) -> str:
+        i = int(match[1])
+        found.append(i)
+        text = html.escape(hovers[i], quote=False) if i < len(hovers) else ""
+        return f'{match[0][:-1]} class="lab-plot__point"><title>{text}</title>'
+
+    # One pass over the SVG (a timeline has hundreds of targets); each target exactly once.
+    svg = re.sub(r'<g id="' + _HOVER_ID.format(r"(\d+)") + '">', titled, svg)
+    if sorted(found) != list(range(len(hovers))):
+        missing = sorted(set(range(len(hovers))) - set(found))
+        raise LabError(f"hover target {missing[0] if missing else found[-1]} of {len(hovers)} is not once in the SVG")
     svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.S)
     svg = re.sub(r"\s*<!--.*?-->", "", svg, flags=re.S)
     # Matplotlib's stylesheet says "*{...}": keep it inside this plot.

@@ -358,6 +358,8 @@ def _plot(code: Shortcode) -> PlotRequest:
         raise ShortcodeError("lines= and annotate= name series: name series= too")
     if request.ymin is not None and request.ymax is not None and request.ymin >= request.ymax:
         raise ShortcodeError(f"ymin={request.ymin:g} is not below ymax={request.ymax:g}")
+    if request.logy and request.ymin is not None and request.ymin <= 0:
+        raise ShortcodeError(f"ymin={request.ymin:g} cannot start a log axis (logy=true): give one above 0")
     if request.kind == "bars":
         wrong = [k for k in ("logx", "logy", "xunit", "xtransform", "lines", "annotate") if own.get(k)]
         if wrong:
