@@ -76,9 +76,13 @@ def test_every_point_has_a_title_with_its_value_range_and_runs(fixture_store):
     # One run: its quartiles instead of a range.
     one = plot.hover_text("eager", plot.Point(8, 95.0, q1=92.0, q3=97.0), xunit=None, yunit="us")
     assert one == "eager · 8: 95.0\u00a0µs, 1 run, quartiles 92.0–97.0\u00a0µs"
-    # Every hover target is drawn: a missing one is an error, not a silent gap.
+    # Every hover target is drawn: a missing one is an error, not a silent gap or a shifted title.
     with pytest.raises(LabError, match="hover target 1 of 2 is not once in the SVG"):
         plot._clean('<svg><g id="labhover0"></g></svg>', "u", "d", ["a", "b"])
+    drawn = '<g id="labgroup0"><defs><path id="m" d="M 0 0"/></defs><g><use x="1"/><use x="2"/></g></g>'
+    with pytest.raises(LabError, match="hover group 0: 3 points, 2 drawn"):
+        plot._title_elements(drawn, [["a", "b", "c"]])
+    assert hover_titles(plot._title_elements(drawn, [["a", "b"]])) == ["a", "b"]  # not the marker's <defs>
 
 
 def test_lines_and_annotated_series_still_have_their_points_titled():

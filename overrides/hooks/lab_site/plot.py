@@ -34,7 +34,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
-import matplotlib.patches  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
 from lab_site import LabError  # noqa: E402
@@ -56,8 +55,11 @@ LANE_IN, PANEL_IN = 0.55, 1.0
 BAR_FONT, AXES_SHARE = 7, 0.72
 _BINARY = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 _DECIMAL = (("T", 1e12), ("G", 1e9), ("M", 1e6))
-#: The id a hover target is drawn with; :func:`_clean` gives each its ``<title>``.
+#: The id a hover target is drawn with; :func:`_clean` gives each its ``<title>``. A series'
+#: points and a timeline's lane are one artist each (fast to draw: one artist per point made a
+#: timeline 5x slower), whose elements :func:`_title_elements` gives theirs, in order.
 _HOVER_ID = "labhover{}"
+_GROUP_ID = "labgroup{}"
 #: A bar plot: inches per bar and between categories, and around the axes.
 BAR_IN, CATEGORY_GAP_IN, BAR_FRAME_IN = 0.14, 0.12, 1.1
 
@@ -227,7 +229,7 @@ def line_plot(
             for p in s.points:
                 if p.x not in categories:
                     categories.append(p.x)
-    hovers: list[str] = []
+    hovers: list[list[str]] = []  # the hover text of each point, series by series
     with plt.rc_context({**_style(), "svg.hashsalt": uid}):
         fig, ax = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
         try:
@@ -262,11 +264,11 @@ def line_plot(
                     low = [max(p.y - p.q1, 0.0) for p in s.points]
                     high = [max(p.q3 - p.y, 0.0) for p in s.points]
                     ax.errorbar(xs, ys, yerr=[low, high], fmt="none", ecolor=color, elinewidth=1, capsize=2)
-                # A hover target per point, drawn invisible over its marker: its <title> is the value.
-                for x, p in zip(xs, s.points):
-                    ax.plot([x], [p.y], linestyle="none", marker="o", markersize=9, alpha=0,
-                            gid=_HOVER_ID.format(len(hovers)))
-                    hovers.append(hover_text(s.label, p, xunit=xunit if numeric else None, yunit=yunit))
+                # Hover targets, drawn invisible over the markers: each one's <title> is its value. The
+                # axis limits hold every point, so matplotlib writes one marker per point, in order.
+                ax.plot(xs, ys, linestyle="none", marker="o", markersize=9, alpha=0, gid=_GROUP_ID.format(len(hovers)))
+                hovers.append([hover_text(s.label, p, xunit=xunit if numeric else None, yunit=yunit)
+                               for p in s.points])
             _refline(ax, refline, horizontal=True)
             if logx:
                 ax.set_xscale("log", base=10 if xunit == "%" else 2)
@@ -296,7 +298,7 @@ def line_plot(
             fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
         finally:
             plt.close(fig)
-    return _clean(buffer.getvalue(), uid, description or title or f"{ylabel} against {xlabel}", hovers)
+    return _clean(_title_elements(buffer.getvalue(), hovers), uid, description or title or f"{ylabel} against {xlabel}")
 
 
 def bar_plot(
@@ -396,7 +398,7 @@ def timeline_plot(timeline: Timeline, *, title: str | None = None, uid: str, des
     shared = (min(p.span[0] for p in timeline.panels), max(p.span[1] for p in timeline.panels))
     heights = [len(p.lanes) for p in timeline.panels]
     size = (6.4, sum(h * LANE_IN + PANEL_IN for h in heights) + (0.3 if title else 0.0))
-    hovers: list[str] = []
+    lanes: list[list[str]] = []  # the hover text of each bar, lane by lane
     with plt.rc_context({**_style(), "svg.hashsalt": uid}):
         fig, axes = plt.subplots(len(heights), 1, figsize=size, layout="constrained", squeeze=False,
                                  sharex=True,
@@ -406,18 +408,17 @@ def timeline_plot(timeline: Timeline, *, title: str | None = None, uid: str, des
             inch = (hi - lo) / (size[0] * AXES_SHARE)  # x units per inch, roughly
             for ax, panel in zip(axes[:, 0], timeline.panels):
                 for y, lane in enumerate(panel.lanes):
-                    for e, (start, width) in zip(lane.events, bars(lane.events, shared)):
+                    for e in lane.events:
                         fits = len(e.label) * BAR_FONT * 0.6 / 72 + 0.1 < (e.end - e.start) / inch
                         if e.label and fits:
                             ax.text((e.start + e.end) / 2, y, _literal(e.label), ha="center", va="center",
                                     fontsize=BAR_FONT, color="#ffffff", clip_on=True)
-                        # One rectangle per event (not one collection per lane), so each has its <title>.
-                        ax.add_patch(matplotlib.patches.Rectangle(
-                            (start, y - 0.35), width, 0.7, facecolor=colours[lane.name], linewidth=0,
-                            gid=_HOVER_ID.format(len(hovers))))
-                        hovers.append(f"{lane.name}: {e.label or 'event'}, {tick_text(e.start)}–"
-                                      f"{tick_text(e.end)} {unit} ({format_quantity(e.end - e.start, timeline.unit)})"
-                                      f" · {panel.title}")
+                    if lane.events:
+                        ax.broken_barh(bars(lane.events, shared), (y - 0.35, 0.7), facecolors=colours[lane.name],
+                                       linewidth=0, gid=_GROUP_ID.format(len(lanes)))
+                        lanes.append([f"{lane.name}: {e.label or 'event'}, {tick_text(e.start)}–{tick_text(e.end)} "
+                                      f"{unit} ({format_quantity(e.end - e.start, timeline.unit)}) · {panel.title}"
+                                      for e in lane.events])
                 ax.set_xlim(lo, hi)
                 ax.set_ylim(len(panel.lanes) - 0.5, -0.5)  # the first lane on top
                 ax.set_yticks(range(len(panel.lanes)), [_literal(lane.name) for lane in panel.lanes])
@@ -434,7 +435,31 @@ def timeline_plot(timeline: Timeline, *, title: str | None = None, uid: str, des
             fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
         finally:
             plt.close(fig)
-    return _clean(buffer.getvalue(), uid, description, hovers)
+    return _clean(_title_elements(buffer.getvalue(), lanes), uid, description)
+
+
+def _title_elements(svg: str, groups: Sequence[Sequence[str]]) -> str:
+    """The elements drawn by artist k (``<g id="labgroup{k}">``) titled ``groups[k][i]``, in order.
+
+    Matplotlib writes a collection of distinct paths (a lane's bars) as one ``<path/>`` each,
+    and a line's markers as one ``<use/>`` each after their ``<defs>``, inside the artist's
+    group and before its first ``</g>``. A count that differs is an error, not a shifted title.
+    """
+    for k, texts in enumerate(groups):
+        start = svg.find(f'<g id="{_GROUP_ID.format(k)}">')
+        end = svg.find("</g>", start)
+        defs = svg.find("</defs>", start, end)
+        head = max(start, defs)  # a marker's shape in <defs> is not a point
+        body = svg[head:end]
+        drawn = re.findall(r"<(?:path|use) [^>]*?/>", body)
+        if start < 0 or len(drawn) != len(texts):
+            raise LabError(f"hover group {k}: {len(texts)} points, {len(drawn)} drawn")
+        titled = iter(texts)
+        # Each in a group of its own with its title (as a bar's is): the form every browser shows on hover.
+        body = re.sub(r"<(?:path|use) [^>]*?/>", lambda m: f'<g class="lab-plot__point">'
+                      f"<title>{html.escape(next(titled), quote=False)}</title>{m[0]}</g>", body)
+        svg = svg[:head] + body + svg[end:]
+    return svg
 
 
 def _clean(svg: str, uid: str, description: str, hovers: Sequence[str] = ()) -> str:
