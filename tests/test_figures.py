@@ -365,3 +365,11 @@ def test_a_plot_per_gpu_whose_stale_runs_all_lack_it_says_not_yet_measured(hook,
     hook.module.state.store = store.Store(entries=fixture_store.entries, groups=h100)
     out = expand(hook, f"<!-- lab:plot {TOPIC} kind=bars x=mode y=latency series=machine xlabel=a ylabel=b -->\n")
     assert "not yet measured by the current code" in out.lower() and "LABPLOT" not in out
+
+
+def test_a_plots_svg_stays_out_of_the_search_index_and_its_caption_does_not(built_site):
+    import json
+    docs = json.loads((built_site / "search" / "search_index.json").read_text(encoding="utf-8"))["docs"]
+    text = " ".join(d["text"] for d in docs if d["location"].startswith("measuring/"))
+    assert "One step of each kind, under nsys" in text  # the timeline's caption
+    assert "GPU: kernels:" not in text  # its ~900 hover titles

@@ -578,7 +578,7 @@ def test_the_hook_expands_and_records_claims(hook, caplog):
     html = hook.module.on_page_content("".join(f"<p>{t}</p>" for t in tokens), page=page("part/chapter.md"),
                                        config=hook.config, files=None)
     # One figure per machine, all numbered 1 (one shortcode), each with its own anchor and CSV.
-    ids = re.findall(r'<figure class="lab-plot" id="([^"]+)"><div class="lab-plot__scroll"><svg', html)
+    ids = re.findall(r'<figure class="lab-plot" id="([^"]+)"><div class="lab-plot__scroll" data-search-exclude><svg', html)
     assert ids == ["figure-1", f"figure-1-{H100}", f"figure-1-{CPU}"]
     assert html.count('<a class="lab-plot__number" href="#figure-1">Figure 1</a>. time per step (µs) against '
                       'layers (NVIDIA H200)') == 1

@@ -247,7 +247,7 @@ def test_the_hook_inlines_one_svg_per_machine(hook):
     assert len(tokens) == 2 and f"[JSON](../records/{H200}/{TOPIC}/run-3.json" in out
     html = hook.module.on_page_content("".join(f"<p>{t}</p>" for t in tokens), page=page(src),
                                        config=hook.config, files=None)
-    assert re.findall(r'<figure class="lab-plot" id="([^"]+)"><div class="lab-plot__scroll"><svg', html) == ["figure-1", f"figure-1-{H100}"]
+    assert re.findall(r'<figure class="lab-plot" id="([^"]+)"><div class="lab-plot__scroll" data-search-exclude><svg', html) == ["figure-1", f"figure-1-{H100}"]
     assert "LABPLOT" not in html
     assert (f'aria-label="One decode step: Timeline of {"; ".join(TITLES)} on NVIDIA H200 (run run-3): '
             f'lanes {", ".join(LANES)}"') in html

@@ -37,7 +37,9 @@ def figure_html(svg: str, *, fid: str, number: int, caption: str, machine: str |
                 points: int) -> str:
     """The ``<figure>`` of one plot: the SVG, then "Figure N. caption (machine) · data: CSV, N points"."""
     where = f" ({html.escape(machine, quote=False)})" if machine else ""
-    return (f'<figure class="lab-plot" id="{fid}"><div class="lab-plot__scroll">{svg}</div>'
+    # The SVG's words (ticks, hover titles: ~900 in a timeline) stay out of the search index
+    # (Material's data-search-exclude); the caption is what a search should find.
+    return (f'<figure class="lab-plot" id="{fid}"><div class="lab-plot__scroll" data-search-exclude>{svg}</div>'
             f'<figcaption class="lab-plot__caption"><a class="lab-plot__number" href="#{fid}">Figure {number}</a>. '
             f"{html.escape(caption, quote=False)}{where} · "
             f'<a class="lab-plot__csv" href="{html.escape(csv_href)}" download>data (CSV, '
