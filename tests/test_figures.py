@@ -371,5 +371,5 @@ def test_a_plots_svg_stays_out_of_the_search_index_and_its_caption_does_not(buil
     import json
     docs = json.loads((built_site / "search" / "search_index.json").read_text(encoding="utf-8"))["docs"]
     text = " ".join(d["text"] for d in docs if d["location"].startswith("measuring/"))
-    assert "One step of each kind, under nsys" in text  # the timeline's caption
+    assert "One step of each kind, under nsys, on one time scale" in text  # the timeline's caption
     assert "GPU: kernels:" not in text  # its ~900 hover titles
