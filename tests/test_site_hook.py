@@ -584,9 +584,20 @@ def test_the_hook_expands_and_records_claims(hook, caplog):
     assert len(tokens) == 3  # one plot per machine
     html = hook.module.on_page_content("".join(f"<p>{t}</p>" for t in tokens), page=page("part/chapter.md"),
                                        config=hook.config, files=None)
-    assert html.count('<figure class="lab-plot"><svg') == 3
+    # One figure per machine, all numbered 1 (one shortcode), each with its own anchor and CSV.
+    ids = re.findall(r'<figure class="lab-plot" id="([^"]+)"><div class="lab-plot__scroll" data-search-exclude><svg', html)
+    assert ids == ["figure-1", f"figure-1-{H100}", f"figure-1-{CPU}"]
+    assert html.count('<a class="lab-plot__number" href="#figure-1">Figure 1</a>. time per step (µs) against '
+                      'layers (NVIDIA H200)') == 1
+    csvs = re.findall(r'<a class="lab-plot__csv" href="([^"]+)" download>', html)
+    assert csvs == [f"chapter-{i}.csv" for i in ids]
     assert "median of 3 runs with their range" in html and ">time per step (µs)<" in html
     hook.module.on_post_build(hook.config)
+    # The CSVs are in the page's folder of the site, one row per point drawn.
+    first = (Path(hook.config.site_dir) / "part" / "chapter" / csvs[0]).read_text().splitlines()
+    assert first[0] == "series,layers,time,unit,runs,low,high,q1,q3,topic"
+    assert first[1] == "eager,8,412.0,us,3,400.0,480.0,,,fixture.launch"
+    assert len(first) - 1 == len(re.findall(r"<title>", html.split("</figure>")[0]))
     report = json.loads((Path(hook.config.site_dir) / "claims.json").read_text())
     [only] = report["claims"]
     assert only["page"] == "part/chapter.md" and only["holds"] is False and only["runs_min"] == 1

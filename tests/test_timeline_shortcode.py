@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -227,6 +228,7 @@ def hook(tmp_path, monkeypatch, traced):
     module = config.hooks["overrides/hooks/records.py"]
     monkeypatch.setitem(config.extra, "lab", {"record_roots": ["tests/fixtures/records"], "primary_machine": H200})
     config.site_dir = str(tmp_path / "site")
+    (tmp_path / "site").mkdir()
     module.on_config(config)
     module.on_pre_build(config)
     module.state.store = traced  # the fixture records, with the timelines
@@ -245,10 +247,28 @@ def test_the_hook_inlines_one_svg_per_machine(hook):
     assert len(tokens) == 2 and f"[JSON](../records/{H200}/{TOPIC}/run-3.json" in out
     html = hook.module.on_page_content("".join(f"<p>{t}</p>" for t in tokens), page=page(src),
                                        config=hook.config, files=None)
-    assert html.count('<figure class="lab-plot"><svg') == 2 and "LABPLOT" not in html
+    assert re.findall(r'<figure class="lab-plot" id="([^"]+)"><div class="lab-plot__scroll" data-search-exclude><svg', html) == ["figure-1", f"figure-1-{H100}"]
+    assert "LABPLOT" not in html
     assert (f'aria-label="One decode step: Timeline of {"; ".join(TITLES)} on NVIDIA H200 (run run-3): '
             f'lanes {", ".join(LANES)}"') in html
-    assert all(html.count(f">{name}<") >= 2 for name in (*LANES, *TITLES, "One decode step"))
+    assert all(html.count(f">{name}<") >= 2 for name in (*LANES, *TITLES))
+    # The title is the numbered caption's text, not drawn in the SVG.
+    assert html.count('href="#figure-1">Figure 1</a>. One decode step (NVIDIA H200)') == 1
+    assert ">One decode step<" not in html
+    hook.module.on_post_build(hook.config)
+    rows = (Path(hook.config.site_dir) / "part" / "chapter" / "chapter-figure-1.csv").read_text().splitlines()
+    assert rows[0] == "panel,lane,start,end,unit,label"
+    assert rows[1] == '"eager decode step, batch 1",NVTX,0.0,812.5,us,decode step'  # quoted: it holds a comma
+    assert len(rows) - 1 == sum(len(lane["events"]) for p in NOTE["panels"] for lane in p["lanes"])
+
+
+def test_panels_share_one_time_scale_and_every_bar_has_its_title():
+    svg = plot.timeline_plot(timeline.parse(NOTE), uid="tl-s", description="d")
+    # The 300 µs panel is drawn on the 812.5 µs panel's scale: both label 800 µs.
+    assert svg.count(">800<") == 2
+    titles = re.findall(r'<g class="lab-plot__point"><title>([^<]*)</title><path ', svg)
+    assert len(titles) == sum(len(lane["events"]) for p in NOTE["panels"] for lane in p["lanes"])
+    assert "CPU: CUDA API: cudaGraphLaunch, 1–12 µs (11.0\u00a0µs) · CUDA graph replay, batch 1" in titles
 
 
 @pytest.mark.parametrize("notes, message", [

@@ -6,7 +6,10 @@ roots of ``extra.lab.record_roots`` (and the folders named in the environment va
 
     <!-- lab:table TOPIC [metrics=a,b] [key=value ...] -->
     <!-- lab:plot TOPIC x=KEY y=METRIC xlabel="words" ylabel="words" [series=KEY]
-         [legend="value:Text,value:Text"] [logx=true] [logy=true] [title="..."] [key=value ...] -->
+         [legend="value:Text,value:Text"] [logx=true] [logy=true] [title="..."] [key=value ...]
+         [kind=bars] [xunit=B|%] [xtransform=1-x] [refline="VALUE:label"] [ymin=N] [ymax=N]
+         [lines=SERIES,...] [annotate=SERIES,...] [order="x|x|..."] -->
+    <!-- lab:plot TOPIC[,TOPIC] ... series=machine -->            (one plot, a series per GPU)
     <!-- lab:value TOPIC METRIC [machine=SLUG] [stat=median|iqr|q1|q3|n|sm_mhz|mem_mhz|power_w] [spread=range] [key=value ...] -->
     <!-- lab:claim TOPIC METRIC OP BOUND [key=value ...] -->     (OP: >= > <= <)
     <!-- lab:notes TOPIC [keys=a,b] -->                           (what an example observed)
@@ -22,7 +25,10 @@ whose runs differ by more than 15 % of that median is *noisy*: tables flag it, a
 ``spread=range``, which quotes the range "a–b" instead of one number. A plot names its
 axes in words (``xlabel``, ``ylabel``; the y unit is appended), draws the median of
 each series with a band from the lowest to the highest run, and labels each series
-with its value, or as ``legend=`` renames it.
+with its value, or as ``legend=`` renames it. Every plot and timeline is a numbered
+figure with a caption that links to itself and to its points as a CSV file, which the
+build writes beside the page (``lab_site.captions``); each point says its value, range
+and runs on hover.
 
 A power figure (``stat=power_w``, the provenance line) names its NVML reading,
 instantaneous or one-second average (``lab_site.power``); a window too short for the
@@ -61,14 +67,16 @@ from mkdocs.structure.pages import Page  # noqa: E402
 from lab_site import LabError  # noqa: E402
 from lab_site.figures import SelectionError  # noqa: E402
 from lab_site import calculators  # noqa: E402
+from lab_site import captions  # noqa: E402
 from lab_site import claims as claims_mod  # noqa: E402
 from lab_site import generated  # noqa: E402
 from lab_site import markdown as render  # noqa: E402
 from lab_site import plot as plot_mod  # noqa: E402
+from lab_site import provenance as prov  # noqa: E402
 from lab_site import runs, shortcodes, store  # noqa: E402
 from lab_site import timeline as timeline_mod  # noqa: E402
-from lab_site.fmt import format_quantity, format_range, plural  # noqa: E402
-from lab_site.series import series_of  # noqa: E402
+from lab_site.fmt import case_value, format_quantity, format_range, plural  # noqa: E402
+from lab_site.series import csv_text, machine_series, series_of  # noqa: E402
 
 log = logging.getLogger("mkdocs.plugins.lab")
 
@@ -85,7 +93,9 @@ class _State:
     primary: str | None = None
     store: store.Store = field(default_factory=store.Store)
     claims: list[claims_mod.ClaimResult] = field(default_factory=list)
-    plots: dict[str, dict[str, str]] = field(default_factory=dict)  # page -> token -> svg
+    plots: dict[str, dict[str, str]] = field(default_factory=dict)  # page -> token -> <figure>
+    figures: dict[str, int] = field(default_factory=dict)  # page -> plots and timelines numbered so far
+    csv: dict[str, str] = field(default_factory=dict)  # site path -> a figure's points, written after the build
     stale_noted: set[tuple[str, str]] = field(default_factory=set)  # (page, record) logged once
 
 
@@ -146,7 +156,7 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
         paragraph = f"<p>{token}</p>"
         if paragraph not in html:
             raise PluginError(f"{page.file.src_uri}: a plot's placeholder did not survive Markdown ({token})")
-        html = html.replace(paragraph, f'<figure class="lab-plot">{svg}</figure>')
+        html = html.replace(paragraph, svg)
     return html
 
 
@@ -160,6 +170,10 @@ def on_post_build(config: MkDocsConfig) -> None:
     }
     path = Path(config.site_dir) / CLAIMS_FILE
     path.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    for uri, text in state.csv.items():  # each plot's points, linked under it
+        out = Path(config.site_dir) / uri
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
 
 
 # -- rendering one shortcode ------------------------------------------------------------
@@ -212,16 +226,29 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
             _note_stale(page, groups)
             return render.table(req, groups, _link(page))
         if isinstance(req, shortcodes.PlotRequest):
-            groups = state.store.topic(req.topic, state.primary)
-            _note_stale(page, groups)
+            number = _number(page)
             keys: set[str] = set()
-            out = render.plot(req, groups, _link(page), lambda g: _plot(req, g, page, keys))
-            # A legend is checked against the series drawn; where every group's stale runs lack
-            # the plot (tabs saying so), nothing was drawn to check it against.
+            xs: set[str] = set()
+            if req.per_machine:
+                out = _machine_plot(req, page, number, keys, xs)
+            else:
+                groups = state.store.topic(req.topic, state.primary)
+                _note_stale(page, groups)
+                made: list[str] = []  # the figure ids of this plot's tabs so far
+                out = render.plot(req, groups, _link(page), lambda g: _plot(req, g, page, keys, xs, number, made))
+            # A legend is checked against the series drawn, order= against the x values drawn; where
+            # every group's stale runs lack the plot (tabs saying so), nothing was drawn to check them.
             unknown = sorted(set(req.legend) - keys) if keys else []
             if unknown:
                 raise LabError(f"legend= names {', '.join(map(repr, unknown))}, which no series of {req.series} has "
                                f"(values: {', '.join(sorted(keys))})")
+            unknown = sorted(set(req.lines + req.annotate) - keys) if keys else []
+            if unknown:
+                raise LabError(f"lines=/annotate= name {', '.join(map(repr, unknown))}, which no series of "
+                               f"{req.series} has (values: {', '.join(sorted(keys))})")
+            unknown = [x for x in req.order or () if x not in xs] if xs else []
+            if unknown:
+                raise LabError(f"order= names {', '.join(map(repr, unknown))}, which no row drawn has at {req.x}")
             return out
         if isinstance(req, shortcodes.NotesRequest):
             groups = state.store.topic(req.topic, state.primary)
@@ -230,7 +257,9 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
         if isinstance(req, shortcodes.TimelineRequest):
             groups = state.store.topic(req.topic, state.primary)
             _note_stale(page, groups)
-            return render.timeline(req, groups, _link(page), lambda g, t: _timeline(req, g, t, page))
+            number = _number(page)
+            made = []
+            return render.timeline(req, groups, _link(page), lambda g, t: _timeline(req, g, t, page, number, made))
         if isinstance(req, shortcodes.CalculatorRequest):
             return calculators.render(req, lambda topic, slug: _group(page, topic, slug), _html_link(page),
                                       gpus=_book_gpus())
@@ -275,36 +304,111 @@ def _placeholder(page: Page) -> tuple[str, str]:
     return f"LABPLOT{digest}", digest
 
 
-def _plot(req: shortcodes.PlotRequest, group: store.Group, page: Page, keys: set[str]) -> tuple[str, list]:
+def _number(page: Page) -> int:
+    """The next figure number on ``page`` (plots and timelines, in page order)."""
+    state.figures[page.file.src_uri] = state.figures.get(page.file.src_uri, 0) + 1
+    return state.figures[page.file.src_uri]
+
+
+def _figure(page: Page, token: str, svg: str, *, number: int, made: list[str], group: store.Group | None,
+            caption: str, csv: str, points: int) -> None:
+    """Keep the ``<figure>`` of one tab (SVG, numbered caption, CSV link) under ``token``, and its CSV.
+
+    The first tab drawn (``made`` is empty) is ``#figure-N``; another adds its machine.
+    """
+    fid = captions.figure_id(number, None if not made or group is None
+                             else group.slug if group.root.index == 0 else f"{group.root.index}-{group.slug}")
+    made.append(fid)
+    site_path, href = captions.csv_path(page.file.src_uri, page.url, fid)
+    state.csv[site_path] = csv
+    state.plots[page.file.src_uri][token] = captions.figure_html(
+        svg, fid=fid, number=number, caption=caption, machine=group.label if group else None, csv_href=href,
+        points=points)
+
+
+def _draw(req: shortcodes.PlotRequest, series: list, unit: str, uid: str, description: str) -> str:
+    """The SVG of a plot request's series: bars or lines, with its axes' options."""
+    options = dict(xlabel=req.xlabel, ylabel=render.plot_axis_label(req.ylabel, unit), uid=uid,
+                   description=description, yunit=unit, ymin=req.ymin, ymax=req.ymax,
+                   refline=plot_mod.RefLine(*req.refline) if req.refline else None)
+    if req.kind == "bars":
+        return plot_mod.bar_plot(series, **options)
+    return plot_mod.line_plot(series, logx=req.logx, logy=req.logy, xunit=req.xunit, lines=req.lines,
+                              annotate=req.annotate, **options)
+
+
+def _caption(req: shortcodes.PlotRequest, unit: str) -> str:
+    """The caption's words: the plot's title (drawn as text under it, not in the SVG), or its axes."""
+    return req.title or f"{render.plot_axis_label(req.ylabel, unit)} against {req.xlabel}"
+
+
+def _drawn_x(series: list) -> set[str]:
+    """The x values drawn, written as order= names them."""
+    return {case_value(p.x) for s in series for p in s.points}
+
+
+def _plot(req: shortcodes.PlotRequest, group: store.Group, page: Page, keys: set[str], xs: set[str],
+          number: int, made: list[str]) -> tuple[str, list]:
     series, unit, figures = series_of(req, group)
     keys.update(s.key for s in series if s.key is not None)
+    xs.update(_drawn_x(series))
     token, digest = _placeholder(page)
     ylabel = render.plot_axis_label(req.ylabel, unit)
-    state.plots[page.file.src_uri][token] = plot_mod.line_plot(
-        series,
-        xlabel=req.xlabel,
-        ylabel=ylabel,
-        logx=req.logx,
-        logy=req.logy,
-        title=req.title,
-        uid=f"labplot-{digest}",
-        description=f"{req.title + ': ' if req.title else ''}{ylabel} against {req.xlabel} on {group.label}"
-                    + (f", median of {plural(len(group.runs), 'run')} with their range" if len(group.runs) > 1 else ""),
-    )
+    svg = _draw(req, series, unit, f"labplot-{digest}",
+                f"{req.title + ': ' if req.title else ''}{ylabel} against {req.xlabel} on {group.label}"
+                + (f", median of {plural(len(group.runs), 'run')} with their range" if len(group.runs) > 1 else ""))
+    _figure(page, token, svg, number=number, made=made, group=group, caption=_caption(req, unit),
+            csv=csv_text(series, req, unit), points=sum(len(s.points) for s in series))
     return token, figures
 
 
+def _machine_plot(req: shortcodes.PlotRequest, page: Page, number: int, keys: set[str], xs: set[str]) -> str:
+    """``series=machine``: one figure, a series per GPU, over one topic or several; above it the
+    provenance of every group drawn (named by its topic) and the stale warning of each stale one."""
+    topics = []
+    for topic in req.topics:
+        groups = state.store.topic(topic, state.primary)
+        if not groups:
+            raise LabError(f"no record of topic {topic} in any records folder")
+        _note_stale(page, groups)
+        topics.append(groups)
+    try:
+        series, unit, drawn = machine_series(req, topics)
+    except SelectionError as exc:
+        if any(not g.stale for groups in topics for g in groups):
+            raise
+        # Every run is stale and lacks it: the code may measure it now, no record says yet (as a tab says).
+        return "\n\n".join(render.not_measured_tab(g, exc, _link(page)) for groups in topics for g in groups)
+    keys.update(s.key for s in series if s.key is not None)
+    xs.update(_drawn_x(series))
+    token, digest = _placeholder(page)
+    svg = _draw(req, series, unit, f"labplot-{digest}",
+                f"{req.title + ': ' if req.title else ''}{render.plot_axis_label(req.ylabel, unit)} by {req.xlabel} "
+                f"on {', '.join(s.label for s in series)}: the median of each GPU's runs, with their range")
+    _figure(page, token, svg, number=number, made=[], group=None, caption=_caption(req, unit),
+            csv=csv_text(series, req, unit), points=sum(len(s.points) for s in series))
+    link = _link(page)
+    parts = []
+    for group, figures in drawn:
+        parts.append(f"`{group.topic}` · " + prov.line(group, link, render.shown_metrics(figures)))
+        if group.stale:
+            parts.append(prov.stale_note(group))
+    return "\n\n".join([*parts, token])
+
+
 def _timeline(req: shortcodes.TimelineRequest, group: store.Group, timeline: timeline_mod.Timeline,
-              page: Page) -> str:
+              page: Page, number: int, made: list[str]) -> str:
     token, digest = _placeholder(page)
     panels = "; ".join(p.title for p in timeline.panels)
-    state.plots[page.file.src_uri][token] = plot_mod.timeline_plot(
+    svg = plot_mod.timeline_plot(
         timeline,
-        title=req.title,
         uid=f"labplot-{digest}",
         description=f"{req.title + ': ' if req.title else ''}Timeline of {panels} on {group.label} "
                     f"(run {group.runs[-1].run_id}): lanes {', '.join(timeline.lane_names)}",
     )
+    events = sum(len(lane.events) for panel in timeline.panels for lane in panel.lanes)
+    _figure(page, token, svg, number=number, made=made, group=group, caption=req.title or f"Timeline of {panels}",
+            csv=timeline_mod.csv_text(timeline), points=events)
     return token
 
 

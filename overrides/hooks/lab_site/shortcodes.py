@@ -33,6 +33,12 @@ OPS = (">=", ">", "<=", "<")
 STATS = ("median", "iqr", "q1", "q3", "n", "sm_mhz", "mem_mhz", "power_w")
 #: How lab:value quotes a figure: one number (the median across runs) or the run-to-run range.
 SPREADS = ("point", "range")
+#: lab:plot's kinds, the units its x values may be written in, and its transforms of them.
+PLOT_KINDS = ("line", "bars")
+X_UNITS = ("B", "%")
+X_TRANSFORMS = ("1-x",)
+#: ``series=machine``: a plot with one series per GPU rather than one tab per GPU.
+MACHINE = "machine"
 
 
 class ShortcodeError(LabError):
@@ -116,6 +122,26 @@ class PlotRequest:
     #: Series value (as the table writes it) -> legend text; others show their value.
     legend: dict[str, str] = field(default_factory=dict)
     where: dict[str, Scalar] = field(default_factory=dict)
+    kind: str = "line"  # or "bars": horizontal bars per category (lab_site.plot.bar_plot)
+    xunit: str | None = None  # "B": bytes in binary prefixes; "%": a fraction as a percentage
+    xtransform: str | None = None  # "1-x": plot one minus the case value (zeros -> nonzeros)
+    refline: tuple[float, str] | None = None  # a line at a value of the metric, and its label
+    ymin: float | None = None  # the metric's axis spans at least ymin to ymax
+    ymax: float | None = None
+    lines: tuple[str, ...] = ()  # series drawn as a plain line (a roof)
+    annotate: tuple[str, ...] = ()  # series drawn as labelled points (a ridge)
+    order: tuple[str, ...] | None = None  # the x values drawn, in this order (others left out)
+    #: More topics whose rows join the first's: an x value comes from the first topic that has it.
+    more_topics: tuple[str, ...] = ()
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return (self.topic, *self.more_topics)
+
+    @property
+    def per_machine(self) -> bool:
+        """``series=machine``: one plot with a series per GPU (group of runs), not a tab per GPU."""
+        return self.series == MACHINE
 
 
 @dataclass(frozen=True)
@@ -253,11 +279,58 @@ def _legend(code: Shortcode, own: dict[str, Scalar]) -> dict[str, str]:
     return out
 
 
+def _number(code: Shortcode, own: dict[str, Scalar], key: str) -> float | None:
+    value = own.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ShortcodeError(f"{key}= takes a number, not {value!r}")
+    return float(value)
+
+
+def _choice(code: Shortcode, own: dict[str, Scalar], key: str, choices: tuple[str, ...]) -> str | None:
+    value = _text(code, own, key, required=False)
+    if value is not None and value not in choices:
+        raise ShortcodeError(f"{key}={value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def _refline(code: Shortcode, own: dict[str, Scalar]) -> tuple[float, str] | None:
+    """``refline="1:speed of light"`` -> ``(1.0, "speed of light")``; the label may be left out."""
+    text = _text(code, own, "refline", required=False)
+    if text is None:
+        return None
+    number, _, label = text.partition(":")
+    value = scalar(number.strip())
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ShortcodeError(f"refline={text!r}: the line's value {number.strip()!r} is not a number "
+                             "(write VALUE or VALUE:label)")
+    return float(value), label.strip()
+
+
+def _order(code: Shortcode, own: dict[str, Scalar]) -> tuple[str, ...] | None:
+    """``order="eager|static|book kernels+graph, no PDL"``: names may hold commas, so ``|`` parts them."""
+    text = _text(code, own, "order", required=False)
+    if text is None:
+        return None
+    names = tuple(n.strip() for n in text.split("|"))
+    if not all(names):
+        raise ShortcodeError(f"order={text!r} holds an empty value (values are parted by |)")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ShortcodeError(f"order={text!r} names {', '.join(map(repr, twice))} twice")
+    return names
+
+
 def _plot(code: Shortcode) -> PlotRequest:
-    (topic,) = _positional(code, ("topic",))
-    own, where = _split(code, ("x", "y", "xlabel", "ylabel", "series", "logx", "logy", "title", "legend"))
+    (topic_text,) = _positional(code, ("topic",))
+    topics = tuple(t.strip() for t in topic_text.split(","))
+    if not all(topics) or len(set(topics)) != len(topics):
+        raise ShortcodeError(f"topics {topic_text!r}: write TOPIC or TOPIC,TOPIC with each topic once")
+    own, where = _split(code, ("x", "y", "xlabel", "ylabel", "series", "logx", "logy", "title", "legend", "kind",
+                               "xunit", "xtransform", "refline", "ymin", "ymax", "lines", "annotate", "order"))
     request = PlotRequest(
-        topic,
+        topics[0],
         x=_text(code, own, "x", required=True),
         y=_text(code, own, "y", required=True),
         xlabel=_text(code, own, "xlabel", required=True),
@@ -268,9 +341,35 @@ def _plot(code: Shortcode) -> PlotRequest:
         title=_text(code, own, "title", required=False),
         legend=_legend(code, own),
         where=where,
+        kind=_choice(code, own, "kind", PLOT_KINDS) or "line",
+        xunit=_choice(code, own, "xunit", X_UNITS),
+        xtransform=_choice(code, own, "xtransform", X_TRANSFORMS),
+        refline=_refline(code, own),
+        ymin=_number(code, own, "ymin"),
+        ymax=_number(code, own, "ymax"),
+        lines=_names(code, own, "lines") or (),
+        annotate=_names(code, own, "annotate") or (),
+        order=_order(code, own),
+        more_topics=topics[1:],
     )
     if request.legend and request.series is None:
         raise ShortcodeError("legend= renames series: name series= too")
+    if (request.lines or request.annotate) and request.series is None:
+        raise ShortcodeError("lines= and annotate= name series: name series= too")
+    if request.ymin is not None and request.ymax is not None and request.ymin >= request.ymax:
+        raise ShortcodeError(f"ymin={request.ymin:g} is not below ymax={request.ymax:g}")
+    if request.logy and request.ymin is not None and request.ymin <= 0:
+        raise ShortcodeError(f"ymin={request.ymin:g} cannot start a log axis (logy=true): give one above 0")
+    if request.kind == "bars":
+        wrong = [k for k in ("logx", "logy", "xunit", "xtransform", "lines", "annotate") if own.get(k)]
+        if wrong:
+            raise ShortcodeError(f"kind=bars draws categories along a linear axis: it takes no "
+                                 f"{', '.join(k + '=' for k in wrong)}")
+    if request.order is not None and request.xtransform is not None:
+        raise ShortcodeError("order= names case values as written; it does not go with xtransform=")
+    if request.more_topics and not request.per_machine:
+        raise ShortcodeError(f"several topics ({topic_text}) are drawn as one plot with a series per GPU: "
+                             f"name series={MACHINE}")
     return request
 
 

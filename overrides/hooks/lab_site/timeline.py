@@ -18,6 +18,8 @@ the place in the note; a group whose latest run has no such note raises
 """
 from __future__ import annotations
 
+import csv
+import io
 import math
 from dataclasses import dataclass
 
@@ -142,3 +144,15 @@ def of_group(group: Group, key: str) -> Timeline:
     except LabError as exc:
         raise LabError(f"note {key!r} of topic {group.topic} on {group.slug} (run {group.runs[-1].run_id}) "
                        f"is not a timeline: {exc}") from None
+
+
+def csv_text(timeline: Timeline) -> str:
+    """A timeline's events as a plot's download holds them: one row per event, times in its unit."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["panel", "lane", "start", "end", "unit", "label"])
+    for panel in timeline.panels:
+        for lane in panel.lanes:
+            for e in lane.events:
+                writer.writerow([panel.title, lane.name, repr(e.start), repr(e.end), timeline.unit, e.label])
+    return buffer.getvalue()
