@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 #: What a reader looks at rather than reads word by word: not counted as prose.
 _NOT_PROSE = {"pre", "table", "svg", "script", "style", "math"}
-_NOT_PROSE_CLASSES = ("arithmatex", "mermaid", "lab-plot", "lab-timeline")
+_NOT_PROSE_CLASSES = ("arithmatex", "mermaid", "lab-plot", "lab-timeline", "lab-diagram")
 #: Listings longer than this are folded: a screen of code, about.
 FOLD_LINES = 30
 _LISTING = re.compile(r'<div class="language-[\w-]+ highlight">(?:<span class="filename">(.*?)</span>)?<pre>.*?</pre></div>',
