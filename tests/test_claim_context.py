@@ -58,3 +58,18 @@ def test_every_claim_of_the_book_has_a_sentence():
         claims = [m for m in shortcodes.SHORTCODE.finditer(text) if m[1] == "claim"]
         assert len(found) == len(claims), page.name
         assert all(c.sentence and c.section for c in found), [c.shortcode for c in found if not c.sentence]
+
+
+def test_appendix_a_shows_each_claim_s_sentence_before_its_check(built_site):
+    import re
+
+    page = (built_site / "appendix-records" / "index.html").read_text(encoding="utf-8")
+    table = page[page.index("what the chapter says"):]
+    table = table[:table.index("</table>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]
+    assert len(rows) > 200
+    for row in rows:
+        cell = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)[1]
+        sentence, _, check = cell.partition("<small>check:")
+        assert check and re.sub(r"<[^>]+>", "", sentence).strip(), cell[:200]
+        assert "lab:value" not in cell, "the sentence's numbers are rendered"

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab_site import LabError
+from lab_site import claim_context
 from lab_site import claims as claims_mod
 from lab_site import labels
 from lab_site import markdown as render
@@ -388,20 +389,28 @@ def records(store: Store, pages: Sequence[Page], primary: str | None, link: Call
 
 def claims(store: Store, pages: Sequence[Page], primary: str | None) -> str:
     """Every claim of the pages, re-checked here against every run of every GPU of its topic."""
-    lines = ["| chapter | claim | verdict per GPU (its runs) |", "|:--|:--|:--|"]
+    lines = ["| chapter | what the chapter says, and the check | verdict per GPU (its runs) |", "|:--|:--|:--|"]
     count = 0
     for page in pages:
         first = True
-        for req in requests_of(page):
-            if not isinstance(req, shortcodes.ClaimRequest):
-                continue
+        requests = [r for r in requests_of(page) if isinstance(r, shortcodes.ClaimRequest)]
+        said = claim_context.contexts(page.text)
+        if len(said) != len(requests):  # cannot pair them: the check alone, as before
+            said = [None] * len(requests)
+        for req, context in zip(requests, said):
             groups = store.gpu(req.topic, primary)
             result = claims_mod.evaluate(page.src, req, groups)
             badges = render.claim(result, {g.key: g.short_label for g in groups})
             claim = req.describe().replace("|", "\\|").replace("`", "'")  # a code span: no HTML escapes
             chapter = f"[{page.title}]({page.src})" if first else ""
             words = render.cell(labels.metric(req.topic, req.metric))
-            lines.append(f"| {chapter} | {words}: `{claim}` | {badges} |")
+            check = f"{words}: `{claim}`"
+            if context is not None and context.sentence:
+                # The sentence keeps its lab:value shortcodes: the hook renders them after this.
+                sentence = context.sentence.replace("|", "\\|")
+                where = f" ({html.escape(context.section, quote=False)})" if context.section else ""
+                check = f"{sentence}{where}<br><small>check: {check}</small>"
+            lines.append(f"| {chapter} | {check} | {badges} |")
             first = False
             count += 1
     if not count:
