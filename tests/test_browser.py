@@ -302,20 +302,25 @@ def test_every_page_renders_cleanly(scheme, browser, server, site):
             if seen["scheme"] != scheme:
                 visit.problems.append(f"{path}: shown in palette {seen['scheme']!r}, not {scheme!r}")
             # The tables at 1400 px, then the page on a phone: in this visit, not a second one.
-            laid = page.evaluate(TABLES_JS, not_words)
+            # Once, in the light pass: a palette changes colours, not widths (the dark pass
+            # still opens its pages at 1400 px for what a palette does change).
+            laid = {"tables": 0, "numeric": 0, "overflowing": [], "identifiers": []}
+            if scheme == "default":
+                laid = page.evaluate(TABLES_JS, not_words)
+                page.set_viewport_size(PHONE)
+                wide = page.evaluate(PAGE_OVERFLOW_JS)
+                if wide:
+                    visit.problems.append(f"{path}: at {PHONE['width']} px the page scrolls sideways: {wide}")
             tables, numeric = tables + laid["tables"], numeric + laid["numeric"]
             visit.problems += [f"{path}: {text}" for text in laid["overflowing"] + laid["identifiers"]]
-            page.set_viewport_size(PHONE)
-            wide = page.evaluate(PAGE_OVERFLOW_JS)
-            if wide:
-                visit.problems.append(f"{path}: at {PHONE['width']} px the page scrolls sideways: {wide}")
             report.append(f"{path} ({seen['scheme']}): {seen['hosts']} diagrams, {seen['formulas']} formulas, "
                           f"{laid['tables']} tables")
             page.close()
     finally:
         context.close()
     # The table checks must check something: the book's pages hold tables of numbers.
-    assert tables and numeric, f"no table with numbers on the {len(pages)} pages: the width check is vacuous"
+    if scheme == "default":
+        assert tables and numeric, f"no table with numbers on the {len(pages)} pages: the width check is vacuous"
     problems = visit.problems + [f"request to a foreign host, aborted: {url}" for url in dict.fromkeys(visit.foreign)]
     assert not problems, f"{len(problems)} problems in the '{scheme}' palette:\n" + "\n".join(problems)
     print("\n".join(report))
