@@ -14,6 +14,7 @@ fold too: they are shown for the check) must keep its numbers inside the text co
 so no reader scrolls sideways for a figure, and no header may hold a metric identifier
 (a word with an underscore outside code, or an identifier of ``examples/lab/metrics.py``
 that is not a word); then at 390 px (a phone) the page itself must not scroll sideways.
+These width checks run in the light pass only: a palette changes colours, not widths.
 
 ``make test`` installs Chromium; without it this test fails, it does not skip.
 """

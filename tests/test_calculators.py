@@ -369,13 +369,14 @@ def test_reset_brings_back_the_measured_values_and_the_address_keeps_what_the_re
     start = widget_result(page, "launch_budget", {})
     field = widget.locator('input[name="layers"]')
     field.fill("64")
-    assert "launch_budget.layers=64" in page.url
+    # history.replaceState: read the address from the page, waiting for it
+    page.wait_for_function("() => location.search.includes('launch_budget.layers=64')", timeout=5_000)
     page.reload()
     page.wait_for_selector('[data-lab-calculator="launch_budget"][data-state="ok"]', timeout=20_000)
     assert widget.locator('input[name="layers"]').input_value() == "64", "the address restored it"
     widget.locator(".lab-calc__reset").click()
     assert widget.evaluate(READ_JS)["values"] == start["values"]
-    assert "launch_budget.layers" not in page.url
+    page.wait_for_function("() => !location.search.includes('launch_budget.layers')", timeout=5_000)
     assert not errors, errors
 
 
