@@ -48,3 +48,31 @@ def entry(record, *, stale: bool = False, index: int = 0) -> store.Entry:
 def grouped(*entries: store.Entry) -> list[store.Group]:
     """Groups of runs of in-memory records, as a build groups loaded ones (by root, machine, topic)."""
     return store.group_runs(entries, REPO)
+
+
+def served(site: Path):
+    """Context manager: ``http://127.0.0.1:PORT`` serving ``site`` until the block ends."""
+    import contextlib
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+                          ".js": "text/javascript", ".css": "text/css"}
+
+        def log_message(self, format, *args):  # noqa: A002 - http.server's signature
+            pass
+
+    @contextlib.contextmanager
+    def running():
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
+        httpd.daemon_threads = True
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{httpd.server_address[1]}"
+        finally:
+            httpd.shutdown()
+            httpd.server_close()
+
+    return running()

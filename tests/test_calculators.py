@@ -10,15 +10,12 @@ same bound; bad input must show a message under the form and no NaN.
 """
 from __future__ import annotations
 
-import functools
-import http.server
 import importlib
 import json
 import math
 import re
 import statistics
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -30,6 +27,7 @@ for path in (REPO, REPO / "overrides" / "hooks"):
 
 from examples.lab.records import load_records  # noqa: E402
 from lab_site import LabError, calculators, shortcodes, store  # noqa: E402
+from tests.hook_support import served  # noqa: E402
 
 RECORDS = REPO / "docs" / "records"
 PRIMARY = "nvidia-h200"
@@ -252,14 +250,6 @@ def site(built_site) -> Path:
     return built_site
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
-                      ".js": "text/javascript", ".css": "text/css"}
-
-    def log_message(self, format, *args):  # noqa: A002 - http.server's signature
-        pass
-
-
 @pytest.fixture(scope="module")
 def pages(site):
     """One open Chromium page per calculator, on the built site served locally."""
@@ -267,27 +257,19 @@ def pages(site):
         pytest.fail(f"{CHROMIUM} is missing: 'make test' installs Debian's chromium", pytrace=False)
     from playwright.sync_api import sync_playwright
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    origin = f"http://127.0.0.1:{httpd.server_address[1]}"
     errors: list[str] = []
-    try:
-        with sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            opened = {}
-            for name, page_name in PAGES.items():
-                page = chromium.new_page()
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-                page.goto(f"{origin}/{page_name}/")
-                page.wait_for_selector(f'[data-lab-calculator="{name}"][data-state="ok"]', timeout=20_000)
-                opened[name] = page
-            yield opened, errors
-            chromium.close()
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with served(site) as origin, sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        opened = {}
+        for name, page_name in PAGES.items():
+            page = chromium.new_page()
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+            page.goto(f"{origin}/{page_name}/")
+            page.wait_for_selector(f'[data-lab-calculator="{name}"][data-state="ok"]', timeout=20_000)
+            opened[name] = page
+        yield opened, errors
+        chromium.close()
 
 
 def widget_result(page, name: str, typed: dict[str, str]) -> dict:

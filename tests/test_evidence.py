@@ -2,25 +2,16 @@
 in Debian's Chromium on the built site."""
 from __future__ import annotations
 
-import functools
-import http.server
-import threading
 from pathlib import Path
 
 import pytest
+
+from tests.hook_support import served
 
 pytestmark = pytest.mark.browser
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
-                      ".js": "text/javascript", ".css": "text/css"}
-
-    def log_message(self, format, *args):  # noqa: A002 - http.server's signature
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -30,23 +21,16 @@ def page(built_site):
         pytest.fail(f"{CHROMIUM} is missing: 'make test' installs Debian's chromium", pytrace=False)
     from playwright.sync_api import sync_playwright
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(built_site)))
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
     errors: list[str] = []
-    try:
-        with sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-            tab = chromium.new_page(viewport={"width": 390, "height": 844}, has_touch=True)
-            tab.on("pageerror", lambda exc: errors.append(str(exc)))
-            tab.on("console", lambda m: m.type == "error" and errors.append(m.text))
-            tab.goto(f"http://127.0.0.1:{httpd.server_address[1]}/blas/")
-            tab.wait_for_selector(".lab-evidence", timeout=20_000)
-            yield tab, errors
-            chromium.close()
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with served(built_site) as origin, sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        tab = chromium.new_page(viewport={"width": 390, "height": 844}, has_touch=True)
+        tab.on("pageerror", lambda exc: errors.append(str(exc)))
+        tab.on("console", lambda m: m.type == "error" and errors.append(m.text))
+        tab.goto(f"{origin}/blas/")
+        tab.wait_for_selector(".lab-evidence", timeout=20_000)
+        yield tab, errors
+        chromium.close()
 
 
 def test_a_tap_on_a_measured_number_shows_its_provenance_and_a_tap_elsewhere_closes_it(page):
