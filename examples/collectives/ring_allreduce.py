@@ -206,6 +206,30 @@ def sweep(config: dict, device: torch.device) -> dict:
         del x0, x
     # --8<-- [end:sweep]
     result["collectives"] = _other_collectives(config, device)
+    result["gather_scatter"] = _gather_scatter_sweep(config, device)
+    return result
+
+
+def _gather_scatter_sweep(config, device) -> dict:
+    """All-gather and reduce-scatter, the two halves of a ring all-reduce (and
+    FSDP's two collectives), over the sweep's sizes up to the collectives' one
+    size S: a total of S bytes gathered from, or scattered to, p ranks. The two
+    in alternating rounds at each size."""
+    if device.type != "cuda":
+        return {}  # gloo has no reduce-scatter
+    p, result = dist.get_world_size(), {}
+    for nbytes in [n for n in config["sizes"] if n <= config["collective_bytes"]]:
+        full = torch.randn(nbytes // 4, device=device)
+        part = torch.randn(nbytes // 4 // p, device=device)
+        out = torch.empty_like(full)
+        samples = measure_rounds(
+            {"all_gather": lambda: dist.all_gather_into_tensor(out, part),
+             "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, full)},
+            device=device, warmup=3, repetitions=config["reps"],
+            inner=config["inner"](nbytes), before=lined_up())
+        for name, times in samples.items():
+            result[f"{name}|{nbytes}"] = times
+        del full, part, out
     return result
 
 
@@ -243,7 +267,7 @@ def _sizes(quick: bool, cuda: bool) -> list[int]:
     top = (4 << 30) if cuda else (64 << 20)
     if quick:
         top = 1 << 20
-    sizes, n = [], 4 << 10
+    sizes, n = [], 1 << 10
     while n <= top:
         sizes.append(n)
         n *= 4
@@ -303,6 +327,16 @@ def measure(lab) -> None:
         t = lab.keep_samples([s * 1e6 for s in samples], case=case,
                              metric="time", unit="us", method=method)
         algbw = config["collective_bytes"] / (t.median / 1e6)
+        lab.value(case=case, metric="algbw", value=algbw / 1e9, unit="GB/s")
+        lab.value(case=case, metric="busbw", unit="GB/s",
+                  value=bus_bandwidth(name, gpus=p, algbw=algbw) / 1e9)
+    for key, samples in r["gather_scatter"].items():
+        name, nbytes = key.split("|")
+        nbytes = int(nbytes)
+        case = {"part": "collective sweep", "collective": name, "gpus": p, "bytes": nbytes}
+        t = lab.keep_samples([s * 1e6 for s in samples], case=case, metric="time", unit="us",
+                             method=f"{method}, all-gather and reduce-scatter in interleaved rounds")
+        algbw = nbytes / (t.median / 1e6)
         lab.value(case=case, metric="algbw", value=algbw / 1e9, unit="GB/s")
         lab.value(case=case, metric="busbw", unit="GB/s",
                   value=bus_bandwidth(name, gpus=p, algbw=algbw) / 1e9)
