@@ -181,4 +181,11 @@ def unverified(group: Group, missing: str) -> Verdict:
 
 
 def evaluate(page: str, request: ClaimRequest, gpu_groups: list[Group]) -> ClaimResult:
-    return ClaimResult(page, request, tuple(verdict(request, g) for g in gpu_groups))
+    return ClaimResult(page, request, tuple(verdict(request, g) for g in gpu_groups if can_measure(request, g)))
+
+
+def can_measure(request: ClaimRequest, group: Group) -> bool:
+    """A claim about ``gpus=p`` says nothing about a machine with fewer than p GPUs: the
+    runs on two GPUs of a topic that measures 2 and 4 are not asked about 4."""
+    wanted = request.where.get("gpus")
+    return not (isinstance(wanted, int) and group.record.machine.gpu_count < wanted)
