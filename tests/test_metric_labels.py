@@ -46,7 +46,6 @@ def _named_by_pages() -> set[tuple[str, str]]:
 def test_every_metric_of_the_records_and_the_pages_has_words():
     used = {(r["topic"], m) for r in _records() for row in r["results"] for m in row["metrics"]}
     named = _named_by_pages()
-    assert named - used, "no page names a metric its records lack: the page check would add nothing"
     lacking = []
     for topic, name in sorted(used | named):
         try:

@@ -205,6 +205,8 @@ TOPIC_METRICS: dict[str, dict[str, str]] = {
 #: Case key -> words, where the key is not already the word a reader would use.
 CASE_KEYS: dict[str, str] = {
     "MiB": "working set",
+    "algo": "NCCL algorithm/protocol",
+    "nccl": "NCCL setting",
     "all_reduce": "all-reduce",
     "bytes": "message size",
     "cudnn_tf32": "cuDNN TF32",
