@@ -18,14 +18,10 @@ in alternating rounds (every speed-up is a median of paired ratios):
   and the fused step with a one-shot all-reduce in PyTorch's symmetric
   memory (every GPU reads its peers' partial sums over NVLink and adds them
   itself: one kernel, no ring, no multicast);
-* the split fused step with its all-reduces left out (compute only: timed,
-  not checked), so that the step minus it, round by round, is what the
-  collectives cost inside the step;
 * the 65 collectives alone, each kind graphed,
 
-so the gap between the ``p``-GPU step and ``1/p`` of the one-GPU step splits
-into the split's own overhead and the communication it must contain. Every
-sample is the slowest rank's. ``p`` is 2, then 4 and 8
+so the gap between the ``p``-GPU step and ``1/p`` of the one-GPU step can be
+laid next to the communication it must contain. ``p`` is 2, then 4 and 8
 where the machine has them. The ring model (Chapter 6) predicts one
 all-reduce from a latency and a bandwidth that this run measures: 1 KiB
 graphed (latency) and 256 MiB (bandwidth). On the CPU, two gloo ranks run the
@@ -46,7 +42,7 @@ from examples.capstone.fused import FusedDecoder
 from examples.capstone.model import (
     LLAMA3_8B, TINY, Config, Decoder, Layer, StaticCache, Weights, graphed, layer_step, prefill,
     random_weights, rope_tables)
-from examples.collectives.ring_allreduce import lined_up, slowest_rank, spawn
+from examples.collectives.ring_allreduce import lined_up, spawn
 from examples.collectives.ring_model import ring_allreduce_seconds
 from examples.lab.timing import measure_rounds
 
@@ -173,10 +169,6 @@ class FusedSplitDecoder(Decoder):
 #: The variants a run times: (rung, GPUs: "one" or "split", all-reduce or None).
 STATIC, FUSED = "static+graph", "book kernels+graph"
 NCCL, ONE_SHOT = "NCCL", "one-shot, symmetric memory"
-#: The split fused step with its all-reduces left out: each rank's compute alone (its
-#: logits are wrong, and it is timed, not checked), so that step minus this, round by
-#: round, is what the collectives cost inside the step.
-NO_REDUCE = "none (compute only)"
 
 
 def _generate(decoder: Decoder, first, steps: int) -> None:
@@ -248,14 +240,11 @@ def worker(config: dict, device: torch.device) -> dict:
     if one_shot is not None:
         decoders[(FUSED, world, ONE_SHOT)] = FusedSplitDecoder(
             mine, tp_cache, cos, sin, start=prompt_len, reduce=one_shot)
-    decoders[(FUSED, world, NO_REDUCE)] = FusedSplitDecoder(
-        mine, tp_cache, cos, sin, start=prompt_len, reduce=lambda partial: partial)
     checks = {}
     for key, dec in decoders.items():
         dec.reset(first)
         dec.advance()
-        if key[2] != NO_REDUCE:
-            checks["|".join(map(str, key))] = dec.logits.float().cpu()
+        checks["|".join(map(str, key))] = dec.logits.float().cpu()
     if rank == 0:  # compared with lab.check by the parent process
         torch.save(checks, os.path.join(config["out"], "check.pt"))
 
@@ -270,13 +259,8 @@ def worker(config: dict, device: torch.device) -> dict:
     # The variants in alternating rounds (A B C, C B A, ...), every rank
     # leaving a barrier before each sample: sample i of each comes from
     # round i, so every speed-up is a ratio of paired samples.
-    mine_only = measure_rounds(variants, device=device, warmup=2, repetitions=reps,
-                               before=lined_up())
-    # A sample ends for the job when its slowest rank ends (the compute-only variant's
-    # ranks are not held together by collectives): every rank's samples, the slowest.
-    every = [None] * world
-    dist.all_gather_object(every, mine_only)
-    samples = {name: slowest_rank([ranks[name] for ranks in every]) for name in mine_only}
+    samples = measure_rounds(variants, device=device, warmup=2, repetitions=reps,
+                             before=lined_up())
     out["step_ms"] = {name: [s * 1e3 / steps for s in times] for name, times in samples.items()
                       if not name.startswith("collectives")}
     out["comm_ms"] = {name.split("|")[1]: [s * 1e3 for s in times] for name, times in samples.items()
@@ -357,7 +341,7 @@ def _keep(lab, world: int, r: dict) -> None:
         lab.check(f"{what} equals the static step on one GPU", logits, whole,
                   tolerance=LOGIT_TOLERANCE)
     clock, steps = ("cuda_event", f"{r['steps']} graphed") if lab.cuda else ("host clock", r["steps"])
-    method = f"{clock}, slowest of {world} ranks per sample, {steps} tokens / {r['steps']}, interleaved rounds"
+    method = f"{clock} on rank 0, {steps} tokens / {r['steps']}, interleaved rounds"
     kept, one_gpu = {}, {}
     for name, samples in r["step_ms"].items():
         rung, gpus, reduce = name.split("|")
@@ -376,24 +360,13 @@ def _keep(lab, world: int, r: dict) -> None:
             comm[reduce] = lab.keep_samples(
                 samples, case={"gpus": world, "part": "collectives", "all_reduce": reduce},
                 metric="ms_per_token", unit="ms", warmup=2,
-                method=f"cuda_event, slowest of {world} ranks per sample, {2 * LLAMA3_8B.layers} "
-                       "all-reduces + 1 all-gather graphed, interleaved rounds with the steps")
-    compute_only = r["step_ms"].get(f"{FUSED}|{world}|{NO_REDUCE}")
+                method=f"cuda_event on rank 0, {2 * LLAMA3_8B.layers} all-reduces + 1 all-gather "
+                       "graphed, interleaved rounds with the steps")
     for name, samples in r["step_ms"].items():
         rung, gpus, reduce = name.split("|")
         if reduce == "None":
             continue
         case = {"gpus": world, "part": "step", "rung": rung, "all_reduce": reduce}
-        one = sorted(one_gpu[rung])[len(one_gpu[rung]) // 2]
-        overhead = kept[name].median - one / world  # what splitting did not remove
-        lab.value(case=case, metric="over_ideal", value=overhead, unit="ms")
-        if reduce == NO_REDUCE:
-            continue  # the split's own overhead, with no collective in it
-        if rung == FUSED and compute_only is not None:
-            # The collectives inside the step: the step minus its compute alone, round by round.
-            lab.keep_samples([a - b for a, b in zip(samples, compute_only, strict=True)], case=case,
-                             metric="comm_in_step", unit="ms",
-                             method=f"paired difference: this step - the same step with no all-reduce, {method}")
         # Sample i of both ran in round i: the speed-up is the median of paired ratios.
         lab.keep_samples([a / b for a, b in zip(one_gpu[rung], samples, strict=True)], case=case,
                          metric="speedup", unit="x",
@@ -401,6 +374,9 @@ def _keep(lab, world: int, r: dict) -> None:
         lab.value(case=case, metric="weights_per_gpu", value=r["weights_gib"], unit="GiB")
         if reduce not in comm:
             continue
+        one = sorted(one_gpu[rung])[len(one_gpu[rung]) // 2]
+        overhead = kept[name].median - one / world  # what splitting did not remove
+        lab.value(case=case, metric="over_ideal", value=overhead, unit="ms")
         lab.value(case=case, metric="comm_share_of_gap",
                   value=comm[reduce].median / overhead if overhead > 0 else 0.0, unit="x")
     lab.note(f"one-shot all-reduce, {world} GPUs", r["one_shot"])
