@@ -47,7 +47,7 @@ METRICS: dict[str, str] = {
     "channels": "NCCL channels",
     "clock_of_top": "clock over the top clock",
     "comm_cost": "communication cost",
-    "comm_share_of_gap": "communication share of the gap",
+    "comm_share_of_gap": "collectives alone over the gap",
     "compile": "compile time",
     "compile_time": "compile time",
     "compiled_kernel_time": "compiled kernel time",
