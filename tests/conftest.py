@@ -12,9 +12,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class Cli:
-    """Runs ``python -X faulthandler ...`` from the repository root and checks its output."""
+    """Runs ``python -X faulthandler ...`` from the repository root and checks its output.
+
+    ``-m MODULE`` and ``-c CODE`` run in a child forked from a server that has imported torch
+    already (``tests/forkserver.py``: the same process set-up, without paying for the import
+    again); anything else, or an environment that would change what is imported, in a fresh
+    interpreter.
+    """
 
     repo = REPO
+    _forkserver = None
 
     @staticmethod
     def cpu_env(**extra: str) -> dict[str, str]:
@@ -25,13 +32,38 @@ class Cli:
         return env
 
     @classmethod
+    def _server(cls):
+        """This process's fork server, started on first use (None: off, or it could not start)."""
+        from tests.forkserver import OFF, ForkServer
+
+        if os.environ.get(OFF) == "0":
+            return None
+        if cls._forkserver is None:
+            import atexit
+            import tempfile
+
+            scratch = tempfile.mkdtemp(prefix="lab-forkserver-")
+            cls._forkserver = ForkServer(cls.cpu_env(), str(REPO), scratch)
+            atexit.register(cls._forkserver.close)
+            atexit.register(__import__("shutil").rmtree, scratch, True)
+        return cls._forkserver if cls._forkserver.alive else None
+
+    @classmethod
     def run(cls, *args: str, timeout: float = 180, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """A hang fails the test (with what the process had printed) instead of stalling CI."""
+        argv = [sys.executable, "-X", "faulthandler", *map(str, args)]
+        env = env or cls.cpu_env()
+        server = cls._server()
+        forked = server.run(argv[3:], env, timeout) if server else None
+        if forked is not None:
+            returncode, out, err, timed_out = forked
+            if timed_out:
+                raise AssertionError(f"python {' '.join(map(str, args))} ran past {timeout} s\n"
+                                     f"--- stdout\n{out}\n--- stderr\n{err}")
+            return subprocess.CompletedProcess(argv, returncode, out, err)
         try:
             return subprocess.run(
-                [sys.executable, "-X", "faulthandler", *map(str, args)],
-                cwd=REPO, env=env or cls.cpu_env(), capture_output=True, text=True,
-                timeout=timeout, stdin=subprocess.DEVNULL,
+                argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
