@@ -12,9 +12,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class Cli:
-    """Runs ``python -X faulthandler ...`` from the repository root and checks its output."""
+    """Runs ``python -X faulthandler ...`` from the repository root and checks its output.
+
+    ``-m MODULE`` and ``-c CODE`` run in a child forked from a server that has imported torch
+    already (``tests/forkserver.py``: the same process set-up, without paying for the import
+    again); anything else, or an environment that would change what is imported, in a fresh
+    interpreter.
+    """
 
     repo = REPO
+    _forkserver = None
 
     @staticmethod
     def cpu_env(**extra: str) -> dict[str, str]:
@@ -25,13 +32,38 @@ class Cli:
         return env
 
     @classmethod
+    def _server(cls):
+        """This process's fork server, started on first use (None: off, or it could not start)."""
+        from tests.forkserver import OFF, ForkServer
+
+        if os.environ.get(OFF) == "0":
+            return None
+        if cls._forkserver is None:
+            import atexit
+            import tempfile
+
+            scratch = tempfile.mkdtemp(prefix="lab-forkserver-")
+            cls._forkserver = ForkServer(cls.cpu_env(), str(REPO), scratch)
+            atexit.register(cls._forkserver.close)
+            atexit.register(__import__("shutil").rmtree, scratch, True)
+        return cls._forkserver if cls._forkserver.alive else None
+
+    @classmethod
     def run(cls, *args: str, timeout: float = 180, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """A hang fails the test (with what the process had printed) instead of stalling CI."""
+        argv = [sys.executable, "-X", "faulthandler", *map(str, args)]
+        env = env or cls.cpu_env()
+        server = cls._server()
+        forked = server.run(argv[3:], env, timeout) if server else None
+        if forked is not None:
+            returncode, out, err, timed_out = forked
+            if timed_out:
+                raise AssertionError(f"python {' '.join(map(str, args))} ran past {timeout} s\n"
+                                     f"--- stdout\n{out}\n--- stderr\n{err}")
+            return subprocess.CompletedProcess(argv, returncode, out, err)
         try:
             return subprocess.run(
-                [sys.executable, "-X", "faulthandler", *map(str, args)],
-                cwd=REPO, env=env or cls.cpu_env(), capture_output=True, text=True,
-                timeout=timeout, stdin=subprocess.DEVNULL,
+                argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
@@ -88,42 +120,47 @@ def built_site(tmp_path_factory) -> Path:
     """The book, built once per session with ``--strict``, for every test that reads it.
 
     Under ``make test`` it is the site that ``make build`` has just built (``$LAB_BUILT_SITE``);
-    run alone, pytest builds it here.
+    run alone, pytest builds it here, once for all its xdist workers: the first to need it
+    builds it under a lock, the others wait for it and read the same folder.
     """
     given = os.environ.get(BUILT_SITE_ENV)
     if given:
         site = Path(given)
         assert (site / "index.html").is_file(), f"${BUILT_SITE_ENV}={given} holds no built site"
         return site
-    out = tmp_path_factory.mktemp("site")
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )
-    assert proc.returncode == 0, f"mkdocs build --strict failed (exit {proc.returncode})\n{proc.stdout}{proc.stderr}"
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the session's folder, above each worker's own
+    out, done = shared / "built-site", shared / "built-site.ok"
+    with open(shared / "built-site.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            proc = subprocess.run(
+                [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+                cwd=REPO, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+                env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+            )
+            done.write_text(f"exit {proc.returncode}\n{proc.stdout}{proc.stderr}", encoding="utf-8")
+    status, _, output = done.read_text(encoding="utf-8").partition("\n")
+    assert status == "exit 0", f"mkdocs build --strict failed ({status})\n{output}"
     return out
 
 
-#: Fixtures too costly to make twice (a build, a real run of an example, a browser): under
-#: ``pytest -n 2 --dist loadgroup`` every test that uses one goes to the same worker, so each
-#: is made once per session, not once per worker (``make test`` runs tests/ so; the pages'
-#: and docstrings' examples, which share a namespace per page, run after, in one process).
-SHARED_FIXTURES = ("built_site", "reader_site", "one_gpu_reader", "reader", "runner_records", "quick_run",
-                   "browser", "tiny")
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup``: the scheduler of ``tests/xdist_schedule.py`` (a module's tests on one
+    worker, so its costly fixtures are made once; the longest work first)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from tests.xdist_schedule import ModuleScheduling
+
+    return ModuleScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
-    """Group the users of a costly fixture (see SHARED_FIXTURES) on one xdist worker, and
-    ``@pytest.mark.needs_cuda``: skipped, with that reason, where torch sees no GPU."""
-    reused_site = bool(os.environ.get(BUILT_SITE_ENV))
-    for item in items:
-        for name in SHARED_FIXTURES:
-            if name in getattr(item, "fixturenames", ()) and not (name == "built_site" and reused_site):
-                # built_site is made once per session; the others once per module.
-                group = name if name == "built_site" else f"{name}@{item.path.name}"
-                item.add_marker(pytest.mark.xdist_group(group))
-                break
+    """``@pytest.mark.needs_cuda``: skipped, with that reason, where torch sees no GPU."""
     marked = [item for item in items if item.get_closest_marker("needs_cuda")]
     if not marked:
         return

@@ -113,7 +113,7 @@ def test_levels_record_has_the_pages_figures(cli, tmp_path):
     computed from it, the host-inclusive ``one_call`` beside it (GEMM only
     up to 4096), and AXPY's and GEMV's paired fraction of the copy; the
     rate is the one of ``time``, not of ``one_call``."""
-    _, record = cli.quick_record("blas.levels", tmp_path)
+    _, record = cli.quick_record("blas.levels", tmp_path, timeout=300)  # not in test_runs_on_cpu
     (roof,) = record.rows(level="copy", part="roof")
     assert {"time", "bandwidth"} <= set(roof.metrics)
     for level in ("axpy", "gemv", "gemm"):

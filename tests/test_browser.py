@@ -16,12 +16,21 @@ so no reader scrolls sideways for a figure, and no header may hold a metric iden
 that is not a word); then at 390 px (a phone) the page itself must not scroll sideways.
 These width checks run in the light pass only: a palette changes colours, not widths.
 
+Each pass opens its pages one after the other in one tab (a page is a new document
+either way; the tab keeps one renderer process, and V8 its compiled Mermaid and KaTeX).
+Every page's search worker asks for the site's search index; the first page of a pass
+gets it, and builds the reader's index from it, and on the other pages the request is
+still made and served, and its status checked, but the worker is handed the index less
+its documents: building the same 1.5 MB index again on each page was a third of the
+browser's CPU on a 2-core CI, and checked nothing the first page had not.
+
 ``make test`` installs Chromium; without it this test fails, it does not skip.
 """
 from __future__ import annotations
 
 import functools
 import http.server
+import json
 import threading
 from html.parser import HTMLParser
 from pathlib import Path
@@ -207,13 +216,21 @@ PAGE_OVERFLOW_JS = """() => {
 }"""
 
 
-class _Visit:
-    """Listens to one browser context and keeps every problem it sees, by page."""
+SEARCH_INDEX = "/search/search_index.json"
 
-    def __init__(self, context, origin: str):
+
+class _Visit:
+    """Listens to one browser context and keeps every problem it sees, by page (``watch``)."""
+
+    def __init__(self, context, origin: str, site: Path):
         self.origin = urlsplit(origin)
         self.problems: list[str] = []
         self.foreign: list[str] = []
+        self.page_path = ""  # the page now open, that a problem is reported under
+        # The search index less its documents: what the search worker gets after the first page.
+        index = json.loads((site / SEARCH_INDEX.lstrip("/")).read_text(encoding="utf-8"))
+        self.bare_index = json.dumps({**index, "docs": []})
+        self.index_served = False
         context.route("**/*", self._route)
 
     def _route(self, route):
@@ -221,12 +238,20 @@ class _Visit:
         if url.scheme in ("http", "https", "ws", "wss") and url.netloc != self.origin.netloc:
             self.foreign.append(route.request.url)
             route.abort("blockedbyclient")
+        elif url.path == SEARCH_INDEX and self.index_served:
+            response = route.fetch()  # the page's request, to the server, as ever: its status is the page's
+            if response.ok:
+                headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}
+                route.fulfill(status=response.status, headers=headers, body=self.bare_index)
+            else:
+                route.fulfill(response=response)
         else:
+            self.index_served = self.index_served or url.path == SEARCH_INDEX
             route.continue_()
 
-    def watch(self, page, label: str) -> None:
+    def watch(self, page) -> None:
         def add(text: str) -> None:
-            self.problems.append(f"{label}: {text}")
+            self.problems.append(f"{self.page_path}: {text}")
 
         page.on("console", lambda m: m.type == "error" and add(f"console error: {m.text} [{m.location.get('url', '')}]"))
         page.on("pageerror", lambda e: add(f"page error: {e}"))
@@ -267,14 +292,16 @@ def test_every_page_renders_cleanly(scheme, browser, server, site):
     context = browser.new_context(color_scheme="dark" if scheme == "slate" else "light", service_workers="block",
                                   viewport=DESKTOP)
     context.set_default_timeout(RENDER_TIMEOUT_MS)
-    visit = _Visit(context, server)
+    visit = _Visit(context, server, site)
     not_words = sorted(metrics.not_words())
     report = []
     tables = numeric = 0
     try:
+        page = context.new_page()  # one tab: each page of the pass is opened in it in turn
+        visit.watch(page)
         for n, (path, diagrams, formulas) in enumerate(pages):
-            page = context.new_page()
-            visit.watch(page, path)
+            visit.page_path = path
+            page.set_viewport_size(DESKTOP)
             response = page.goto(server + path, wait_until="load")
             if response is None or response.status >= 400:
                 visit.problems.append(f"{path}: opened with status {response and response.status}")
@@ -316,7 +343,9 @@ def test_every_page_renders_cleanly(scheme, browser, server, site):
             visit.problems += [f"{path}: {text}" for text in laid["overflowing"] + laid["identifiers"]]
             report.append(f"{path} ({seen['scheme']}): {seen['hosts']} diagrams, {seen['formulas']} formulas, "
                           f"{laid['tables']} tables")
-            page.close()
+            # Nothing of this page still loading when the tab leaves it (a request cut off by the
+            # next page's navigation would read as a failed request).
+            page.wait_for_load_state("networkidle")
     finally:
         context.close()
     # The table checks must check something: the book's pages hold tables of numbers.

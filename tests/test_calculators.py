@@ -10,6 +10,7 @@ same bound; bad input must show a message under the form and no NaN.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import math
@@ -47,9 +48,25 @@ def python_result(name: str, values: dict[str, str], tmp_path: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def load_store(records: Path) -> store.Store:
+    """The records under ``records`` as a build loads them (the book's: once, for every test that reads them)."""
+    if records == RECORDS:
+        return _book_store()
+    return store.load(store.roots_from(REPO, REPO / "docs", [str(records)], None), REPO)
+
+
+@functools.cache
+def _book_store() -> store.Store:
+    return store.load(store.roots_from(REPO, REPO / "docs", [str(RECORDS)], None), REPO)
+
+
+@functools.cache
+def _book_records() -> tuple:
+    return tuple(load_records(RECORDS))
+
+
 def render(name: str, machine: str | None = None, records: Path = RECORDS) -> str:
-    roots = store.roots_from(REPO, REPO / "docs", [str(records)], None)
-    loaded = store.load(roots, REPO)
+    loaded = load_store(records)
     return calculators.render(
         shortcodes.CalculatorRequest(name, machine),
         lambda topic, slug: loaded.machine(topic, slug, PRIMARY),
@@ -60,7 +77,8 @@ def render(name: str, machine: str | None = None, records: Path = RECORDS) -> st
 def across_runs(records: Path, topic: str, where: dict, metric: str, case_key: bool) -> float:
     """What an input should start at, worked out here from the files: the median of the runs' medians."""
     values = []
-    mine = [r for r in load_records(records) if r.machine.slug == PRIMARY and r.topic == topic]
+    mine = [r for r in (_book_records() if records == RECORDS else load_records(records))
+            if r.machine.slug == PRIMARY and r.topic == topic]
     # A multi-GPU topic's runs on 2 and on 4 GPUs are separate machines; the page's is the fewest GPUs.
     fewest = min((r.machine.gpu_count for r in mine), default=0)
     for record in mine:
@@ -110,7 +128,7 @@ def test_a_measured_input_is_the_median_across_runs(tmp_path):
     calc = calculators.CALCULATORS["launch_budget"]
     (field,) = [f for f in calc.fields if f.source]
     records = tmp_path / "records"
-    book = [r for r in load_records(RECORDS) if r.machine.slug == PRIMARY and r.topic == field.source.topic]
+    book = [r for r in _book_records() if r.machine.slug == PRIMARY and r.topic == field.source.topic]
     base = max(book, key=lambda r: r.run.date)  # one of the book's runs, scaled into three
     single = across_runs_of([base], field.source.where, field.source.metric)
     for i, scale in enumerate((1.0, 1.2, 1.5), 1):
@@ -365,8 +383,7 @@ def test_reset_brings_back_the_measured_values_and_the_address_keeps_what_the_re
 def test_presets_offer_each_gpu_s_measured_values_and_the_models_and_precisions():
     from lab_site.calculators import _LLAMA3
 
-    roots = store.roots_from(REPO, REPO / "docs", [str(RECORDS)], None)
-    loaded = store.load(roots, REPO)
+    loaded = load_store(RECORDS)
     gpus = sorted({g.slug: g for g in loaded.groups if g.is_gpu and g.runs[0].record.machine.gpu_count == 1}.values(),
                   key=lambda g: g.slug != PRIMARY)
     html = calculators.render(shortcodes.CalculatorRequest("speed_of_light", None),

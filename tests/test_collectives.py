@@ -355,10 +355,9 @@ def test_environment_sets_and_restores(monkeypatch):
     assert ddp.SETTINGS["default"] == {} and ddp.SETTINGS["NCCL_MAX_CTAS=2"] == {"NCCL_MAX_CTAS": "2"}
 
 
-def test_ddp_overlap_record_on_gloo():
-    from examples.lab.harness import run_measurement
-
-    record = run_measurement(ddp, device=torch.device("cpu"), quick=True, command="pytest")
+def test_ddp_overlap_record_on_gloo(cli, tmp_path):
+    """The example's command line (test_runs_on_cpu leaves it to this test): the record's steps and contention."""
+    _, record = cli.quick_record("collectives.ddp_overlap", tmp_path, timeout=300)
     steps = {r.case["variant"]: r.metrics for r in record.results if "variant" in r.case}
     assert set(steps) == set(ddp.VARIANTS)
     for metrics in steps.values():

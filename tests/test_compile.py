@@ -92,7 +92,7 @@ def test_triton_kernels_record_compares_kernels_in_rounds(cli, tmp_path):
     quotes: each matmul size timed for both providers in interleaved rounds
     (``kernel_time``, the kernel timer's figure), Triton's paired fraction
     of the library's rate, and the one-call figure kept apart from it."""
-    _, record = cli.quick_record("compile.triton_kernels", tmp_path, timeout=600)
+    _, record = cli.quick_record("compile.triton_kernels", tmp_path, timeout=600)  # not in test_runs_on_cpu
     rows = record.rows(kernel="matmul")
     assert {r.case["provider"] for r in rows} == {"triton", "torch"}
     for row in rows:

@@ -12,6 +12,7 @@ a GPU machine.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import math
 
@@ -22,9 +23,15 @@ from examples.lab.registry import example_files, topic_name
 TOPICS = [topic_name(path) for path in example_files()]
 TIMEOUT_S = 300
 #: Examples whose own test module runs exactly this command (``python -m ... --quick
-#: --device cpu --json``) in a fixture and checks its record more closely: run once, there.
+#: --device cpu --json``, through ``cli.quick_record``) in a fixture or a test, and checks its
+#: record more closely: run once, there.
 RUN_BY_THEIR_OWN_TEST = {"ecosystem.fp8_training": ("tests.test_fp8_training", "quick_run"),
-                         "collectives.ddp_probe": ("tests.test_ddp_probe", "quick_run")}
+                         "collectives.ddp_probe": ("tests.test_ddp_probe", "quick_run"),
+                         "collectives.ddp_overlap": ("tests.test_collectives", "test_ddp_overlap_record_on_gloo"),
+                         "compile.triton_kernels": ("tests.test_compile",
+                                                    "test_triton_kernels_record_compares_kernels_in_rounds"),
+                         "blas.levels": ("tests.test_blas", "test_levels_record_has_the_pages_figures"),
+                         "ecosystem.triton_op": ("tests.test_triton_op", "test_cpu_record_has_the_twin_only")}
 
 
 def test_there_are_examples():
@@ -33,10 +40,13 @@ def test_there_are_examples():
 
 @pytest.mark.parametrize("topic", sorted(RUN_BY_THEIR_OWN_TEST))
 def test_an_example_left_to_its_own_test_is_run_there(topic):
-    module, fixture = RUN_BY_THEIR_OWN_TEST[topic]
+    module, function = RUN_BY_THEIR_OWN_TEST[topic]
     tests = importlib.import_module(module)
-    assert tests.TOPIC == f"examples.{topic}" and callable(getattr(tests, fixture, None)), (
-        f"{module} no longer runs {topic} in its fixture {fixture}: put it back in test_runs_on_cpu")
+    runs = getattr(tests, function, None)
+    source = inspect.getsource(runs) if callable(runs) else ""
+    assert f'cli.quick_record("{topic}", ' in source or (
+        "cli.quick_record(TOPIC." in source and getattr(tests, "TOPIC", None) == f"examples.{topic}"), (
+        f"{module}.{function} no longer runs {topic} through cli.quick_record: put it back in test_runs_on_cpu")
 
 
 def _module(topic: str):

@@ -4,16 +4,24 @@ A reader runs ``python -m examples.lab run ... --out DIR`` and builds the site w
 ``make serve RECORDS=DIR`` (which sets ``LAB_EXTRA_RECORDS=DIR``). Here the run is a
 real example on this CPU, and the build is the book's own, strict. A second folder is
 shaped like a one-GPU reader's ``lab run --all``: every topic of the book on an H100,
-no collective (one GPU cannot run them), and a legacy record that skipped one.
+no collective (one GPU cannot run them), and a legacy record that skipped one. A third
+holds a slower GPU's run that breaks one of the book's claims.
+
+The three folders go into one strict build (``LAB_EXTRA_RECORDS`` lists folders as ``PATH``
+does): a build of the book is most of a minute, so one, not three. Each test reads its own
+folder in it: the tabs and Appendix A name the folder, and a claim's verdict names the
+group it came from (``lab-records/<n>-<folder>/...``).
 """
 from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -36,18 +44,39 @@ def _labels(page: str) -> list[list[str]]:
             for s in sets]
 
 
+class Readers(NamedTuple):
+    """The readers' folders, in the order of ``LAB_EXTRA_RECORDS`` (so ``lab-records/1-my-run``, ...),
+    the site built with all three, and its output."""
+
+    cpu: Path  # a real quick run of TOPIC on this CPU
+    breaking: Path  # a slower GPU's run of one claim's topic, that breaks the claim
+    one_gpu: Path  # every topic of the book on one H100 (the book's H200 runs, relabelled)
+    site: Path
+    output: str
+
+    def prefix(self, folder: Path) -> str:
+        """Where ``folder``'s runs are in the site, and what its claims' verdicts name as their group."""
+        return f"lab-records/{list(self[:3]).index(folder) + 1}-{folder.name}/"
+
+
 @pytest.fixture(scope="module")
-def reader_site(tmp_path_factory) -> tuple[Path, Path]:
-    base = tmp_path_factory.mktemp("reader")
-    records = base / "my-run"
+def readers(tmp_path_factory) -> Readers:
+    base = tmp_path_factory.mktemp("readers")
+    cpu = base / "my-run"
     run = subprocess.run(
-        [sys.executable, "-m", "examples.lab", "run", "--quick", "--device", "cpu", TOPIC, "--out", str(records)],
+        [sys.executable, "-m", "examples.lab", "run", "--quick", "--device", "cpu", TOPIC, "--out", str(cpu)],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    proc = build(REPO, base / "site", LAB_EXTRA_RECORDS=str(records))
-    assert proc.returncode == 0, f"strict build with a reader's records failed\n{proc.stdout}{proc.stderr}"
-    return records, base / "site"
+    breaking = base / "their-run"
+    _breaking_run(breaking)
+    one_gpu = base / "my-h100"
+    _one_gpu_run(one_gpu)
+    site = base / "site"
+    proc = build(REPO, site, LAB_EXTRA_RECORDS=os.pathsep.join(map(str, (cpu, breaking, one_gpu))))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"strict build with the readers' records failed\n{output}"
+    return Readers(cpu, breaking, one_gpu, site, output)
 
 
 def _one_record(records: Path) -> Path:
@@ -55,8 +84,8 @@ def _one_record(records: Path) -> Path:
     return record
 
 
-def test_each_figure_of_the_topic_gains_a_tab_for_the_readers_machine(reader_site):
-    records, site = reader_site
+def test_each_figure_of_the_topic_gains_a_tab_for_the_readers_machine(readers):
+    records, site = readers.cpu, readers.site
     record = _one_record(records)
     host = json.loads(record.read_text())["machine"]["host_cpu"]
     page = (site / PAGE).read_text(encoding="utf-8")
@@ -65,13 +94,14 @@ def test_each_figure_of_the_topic_gains_a_tab_for_the_readers_machine(reader_sit
     assert len(both) >= 2, _labels(page)  # the plot and the table of launch costs
     assert all(labels[0] == BOOK_GPU for labels in both), both  # the book's GPU stays first
     # The reader's record is served with the site and linked from its tab.
-    served = f"lab-records/1-{records.name}/{record.relative_to(records).as_posix()}"
+    served = f"{readers.prefix(records)}{record.relative_to(records).as_posix()}"
+    assert served.startswith("lab-records/1-my-run/")  # the first folder of LAB_EXTRA_RECORDS
     assert (site / served).read_text() == record.read_text()
     assert f'href="../{served}"' in page
 
 
-def test_appendix_a_lists_the_readers_records_with_their_provenance(reader_site):
-    records, site = reader_site
+def test_appendix_a_lists_the_readers_records_with_their_provenance(readers):
+    records, site = readers.cpu, readers.site
     run = json.loads(_one_record(records).read_text())["run"]
     page = (site / "appendix-records/index.html").read_text(encoding="utf-8")
     heading = f'<h3 id="{TOPIC.replace(".", "")}">'
@@ -81,19 +111,17 @@ def test_appendix_a_lists_the_readers_records_with_their_provenance(reader_site)
     assert run["command"] in section and "quick sizes" in section and run["id"] in section
 
 
-def test_the_default_build_has_no_reader_tab(reader_site, built_site):
-    records, _ = reader_site
+def test_the_default_build_has_no_reader_tab(readers, built_site):
     page = (built_site / PAGE).read_text(encoding="utf-8")
-    assert records.name not in page and BOOK_GPU in page
+    assert BOOK_GPU in page
+    assert not any(folder.name in page for folder in readers[:3])
 
 
 # -- a one-GPU reader's `lab run --all` ------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def one_gpu_reader(tmp_path_factory) -> tuple[Path, Path]:
+def _one_gpu_run(records: Path) -> None:
     """Every topic of the book measured on one H100 (no collective; the book's H200 runs, relabelled), and a
     legacy record that skipped one."""
-    records = tmp_path_factory.mktemp("one-gpu") / "my-h100"
     book = [r for r in load_records(REPO / "docs" / "records") if r.machine.slug == "nvidia-h200"]
     reader_runs = {old: f"20261201T09000{i}Z-0a1b2c3d-424{i}"
                    for i, old in enumerate(sorted({r.run.id for r in book if r.machine.gpu_count == 1}))}
@@ -118,14 +146,22 @@ def one_gpu_reader(tmp_path_factory) -> tuple[Path, Path]:
     legacy.update(schema_version=1, run=run, results=[], notes={"skipped": SKIPPED},
                   machine={**machine, "slug": READER_SLUG, "gpu_name": READER_GPU, "gpu_count": 1})
     (records / READER_SLUG / "collectives.ring_allreduce.json").write_text(json.dumps(legacy, indent=1))
-    site = records.parent / "site"
-    proc = build(REPO, site, LAB_EXTRA_RECORDS=str(records))
-    assert proc.returncode == 0, f"strict build with a one-GPU reader's records failed\n{proc.stdout}{proc.stderr}"
-    return records, site
 
 
-def test_a_one_gpu_readers_run_builds_with_a_tab_per_topic_and_the_skipped_one_listed(one_gpu_reader):
-    records, site = one_gpu_reader
+def _kept(claim: dict, leave_out: str) -> bool:
+    """The claim holds (on at least one run per GPU), or stale records leave it unverified, never violated:
+    as claims.json's ``holds``, ``runs_min`` and ``status`` say, over the verdicts whose group is not under
+    ``leave_out`` (the folder whose run breaks a claim on purpose)."""
+    verdicts = [v for v in claim["verdicts"] if not v["group"].startswith(leave_out)]
+    holds = bool(verdicts) and all(v["holds"] for v in verdicts)
+    runs_min = min((v["runs"] for v in verdicts), default=0)
+    statuses = {v["status"] for v in verdicts}
+    unverified = "violated" not in statuses and "unverified" in statuses
+    return (holds and runs_min >= 1) or unverified
+
+
+def test_a_one_gpu_readers_run_builds_with_a_tab_per_topic_and_the_skipped_one_listed(readers):
+    records, site = readers.one_gpu, readers.site
     mine = f"{READER_GPU} · {records.name}"
     page = (site / PAGE).read_text(encoding="utf-8")
     # The book's GPUs first (its primary one leading), then the reader's run.
@@ -141,12 +177,14 @@ def test_a_one_gpu_readers_run_builds_with_a_tab_per_topic_and_the_skipped_one_l
     report = json.loads((site / "claims.json").read_text())
     machines = {v["machine"] for c in report["claims"] for v in c["verdicts"]}
     # A claim whose stale records lack its figure is "unverified" until re-measured, never violated.
-    assert READER_SLUG in machines and all((c["holds"] and c["runs_min"] >= 1) or c["status"] == "unverified"
-                                           for c in report["claims"])
+    mine_verdicts = {v["machine"] for c in report["claims"] for v in c["verdicts"]
+                     if v["group"].startswith(readers.prefix(records))}
+    assert READER_SLUG in machines and mine_verdicts == {READER_SLUG}
+    assert all(_kept(c, leave_out=readers.prefix(readers.breaking)) for c in report["claims"])
 
 
-def test_compare_pairs_a_one_gpu_readers_run_with_the_book(one_gpu_reader):
-    records, _ = one_gpu_reader
+def test_compare_pairs_a_one_gpu_readers_run_with_the_book(readers):
+    records = readers.one_gpu
     result = compare(records)
     (machine,) = result.machines
     assert machine.machine == READER_SLUG and machine.figures
@@ -155,29 +193,39 @@ def test_compare_pairs_a_one_gpu_readers_run_with_the_book(one_gpu_reader):
     assert machine.only_book and needs_two == set(machine.only_book) and not machine.only_reader
 
 
-def test_a_readers_gpu_that_breaks_a_claim_is_shown_not_fatal(tmp_path):
-    """The book's claims bind the book's records; a reader's slower GPU is a finding on the badge."""
+def _breaking_claim():
+    """The first claim of the book's pages that its records can check: (page, claim)."""
     claims = page_claims()
     assert claims, "the book's pages state claims"
-    page, claim = next((p, c) for p, c in claims if checkable(REPO / "docs" / "records", c))
+    return next((p, c) for p, c in claims if checkable(REPO / "docs" / "records", c))
+
+
+def _breaking_run(root: Path) -> None:
+    """A reader's GPU ("reader-gpu"), one run of the claim's topic, its figure on the wrong side of the claim."""
+    page, claim = _breaking_claim()
     book = next(r for r in load_records(REPO / "docs" / "records")
                 if r.topic == claim.topic and r.machine.device == "cuda")
     data = json.loads(book.model_dump_json())
     data["machine"] = {**data["machine"], "slug": "reader-gpu", "gpu_name": "Reader GPU"}
     data["run"]["id"] = "their-run-1"
-    root = tmp_path / "their-run"
     (root / "reader-gpu" / claim.topic).mkdir(parents=True)
     (root / "reader-gpu" / claim.topic / "their-run-1.json").write_text(json.dumps(data))
     contradict(root, claim)
-    proc = build(REPO, tmp_path / "site", LAB_EXTRA_RECORDS=str(root))
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output
+
+
+def test_a_readers_gpu_that_breaks_a_claim_is_shown_not_fatal(readers):
+    """The book's claims bind the book's records; a reader's slower GPU is a finding on the badge."""
+    page, claim = _breaking_claim()
+    site, output = readers.site, readers.output  # the strict build passed (the fixture checks it)
     assert f"claim '{claim.describe()}' is VIOLATED on reader-gpu" in output
-    report = json.loads((tmp_path / "site" / "claims.json").read_text())
+    report = json.loads((site / "claims.json").read_text())
     verdicts = next(c["verdicts"] for c in report["claims"]
                     if c["claim"] == claim.describe() and c["page"] == page.relative_to(REPO / "docs").as_posix())
+    others = tuple(readers.prefix(folder) for folder in (readers.cpu, readers.one_gpu))
     book_machines = {r.machine.slug for r in load_records(REPO / "docs" / "records") if r.topic == claim.topic}
-    assert {v["machine"]: v["holds"] for v in verdicts} == {**{m: True for m in book_machines}, "reader-gpu": False}
-    shown = (tmp_path / "site" / page.relative_to(REPO / "docs").with_suffix("").as_posix() / "index.html")
+    assert {v["machine"]: v["holds"] for v in verdicts if not v["group"].startswith(others)} == {
+        **{m: True for m in book_machines}, "reader-gpu": False}
+    assert all(v["group"].startswith(readers.prefix(readers.breaking)) for v in verdicts if v["machine"] == "reader-gpu")
+    shown = (site / page.relative_to(REPO / "docs").with_suffix("").as_posix() / "index.html")
     text = re.sub(r"<[^>]+>", "", shown.read_text(encoding="utf-8"))  # abbreviations wrap "GPU"
     assert "Reader GPU · their-run ✗ VIOLATED" in text

@@ -7,11 +7,9 @@ import pytest
 import torch
 
 
-def test_cpu_record_has_the_twin_only():
-    from examples.ecosystem import triton_op
-    from examples.lab.harness import run_measurement
-
-    record = run_measurement(triton_op, device=torch.device("cpu"), quick=True, command="pytest")
+def test_cpu_record_has_the_twin_only(cli, tmp_path):
+    """The example's command line (test_runs_on_cpu leaves it to this test)."""
+    _, record = cli.quick_record("ecosystem.triton_op", tmp_path, timeout=300)
     assert record.checks and all(c.passed for c in record.checks)
     assert [c.name for c in record.checks] == [
         "twin = a * sigmoid(a) * b", "compiled torch, 4Ki", "compiled torch, 1Mi"]
