@@ -343,6 +343,17 @@ def test_violations_name_the_machine_and_the_value_nearest_the_bound(fixture_sto
     assert result.holds == (not violated)
 
 
+def test_a_claim_about_one_kind_of_gpu_is_asked_only_of_that_kind(fixture_store):
+    # H100 breaks "speedup >= 2.3" (2.2) and H200 keeps it: said of the H200 alone, it holds.
+    assert not check(fixture_store, "<!-- lab:claim fixture.launch speedup >= 2.3 mode=graph -->").holds
+    only_h200 = check(fixture_store, f"<!-- lab:claim fixture.launch speedup >= 2.3 mode=graph machine={H200} -->")
+    assert only_h200.holds and [v.machine for v in only_h200.verdicts] == [H200]
+    assert only_h200.request.where == {"mode": "graph"} and only_h200.to_json()["machine"] == H200
+    assert only_h200.request.describe().endswith(f"mode=\"graph\" machine={H200}")
+    assert claims.of_kind("nvidia-h200-x4", "nvidia-h200") and claims.of_kind("nvidia-h200", "nvidia-h200")
+    assert not claims.of_kind("nvidia-h200-x4", "nvidia-h20") and not claims.of_kind("nvidia-h200-sxm", "nvidia-h200")
+
+
 def test_a_claim_on_a_missing_metric_or_row_is_an_error(fixture_store):
     with pytest.raises(figures.SelectionError, match=r"no metric 'speedup' for layers=8 mode='eager'"):
         check(fixture_store, "<!-- lab:claim fixture.launch speedup >= 2 -->")

@@ -13,6 +13,8 @@ page asks for something the code does not measure.
 """
 from __future__ import annotations
 
+import re
+
 import operator
 from dataclasses import asdict, dataclass
 
@@ -109,6 +111,7 @@ class ClaimResult:
             "op": r.op,
             "bound": r.bound,
             "where": r.where,
+            "machine": r.machine,
             "holds": self.holds,
             "status": self.status,
             "runs_min": min((v.runs for v in self.verdicts), default=0),
@@ -186,6 +189,14 @@ def evaluate(page: str, request: ClaimRequest, gpu_groups: list[Group]) -> Claim
 
 def can_measure(request: ClaimRequest, group: Group) -> bool:
     """A claim about ``gpus=p`` says nothing about a machine with fewer than p GPUs: the
-    runs on two GPUs of a topic that measures 2 and 4 are not asked about 4."""
+    runs on two GPUs of a topic that measures 2 and 4 are not asked about 4. A claim about
+    one kind of GPU (``machine=SLUG``) is asked only of that kind's machines."""
     wanted = request.where.get("gpus")
-    return not (isinstance(wanted, int) and group.record.machine.gpu_count < wanted)
+    if isinstance(wanted, int) and group.record.machine.gpu_count < wanted:
+        return False
+    return request.machine is None or of_kind(group.slug, request.machine)
+
+
+def of_kind(slug: str, kind: str) -> bool:
+    """``nvidia-h200-x4`` is of kind ``nvidia-h200``; ``nvidia-h200`` is too; ``nvidia-h20`` is not."""
+    return slug == kind or re.fullmatch(re.escape(kind) + r"-x\d+", slug) is not None

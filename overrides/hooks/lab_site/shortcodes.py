@@ -161,10 +161,14 @@ class ClaimRequest:
     op: str
     bound: float
     where: dict[str, Scalar] = field(default_factory=dict)
+    #: ``machine=SLUG``: a claim about one kind of GPU (its one- and multi-GPU machines,
+    #: ``SLUG`` and ``SLUG-xN``); without it, a claim about every GPU the records hold.
+    machine: str | None = None
 
     def describe(self) -> str:
         filters = "".join(f" {k}={json.dumps(v)}" for k, v in self.where.items())
-        return f"{self.topic} {self.metric} {self.op} {self.bound:g}{filters}"
+        only = f" machine={self.machine}" if self.machine else ""
+        return f"{self.topic} {self.metric} {self.op} {self.bound:g}{filters}{only}"
 
 
 @dataclass(frozen=True)
@@ -394,7 +398,8 @@ def _claim(code: Shortcode) -> ClaimRequest:
     bound = scalar(bound_text)
     if isinstance(bound, bool) or not isinstance(bound, (int, float)):
         raise ShortcodeError(f"bound {bound_text!r} is not a number")
-    return ClaimRequest(topic, metric, op, float(bound), code.options)
+    own, where = _split(code, ("machine",))
+    return ClaimRequest(topic, metric, op, float(bound), where, _text(code, own, "machine", required=False))
 
 
 def _calculator(code: Shortcode) -> CalculatorRequest:
