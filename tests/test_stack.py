@@ -151,3 +151,30 @@ def test_the_bare_launch_is_about_half_of_a_small_op_in_every_gpu_run():
         ratios.append((path.name, bare / whole))
     assert ratios, "no GPU record of stack.layer_costs"
     assert all(0.4 <= r <= 0.65 for _, r in ratios), ratios
+
+
+def test_mma_paths_checks_each_path_s_instruction_and_restores_the_switch(monkeypatch):
+    import os
+
+    from examples.stack.mma_paths import MMA_V3_OFF, instruction_check, mma_v3_off
+
+    wgmma = "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"
+    mma_sync = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+    instruction_check([wgmma], "Triton wgmma")
+    instruction_check([mma_sync], "Triton mma.sync")
+    with pytest.raises(RuntimeError, match="has no wgmma"):
+        instruction_check([mma_sync], "Triton wgmma")
+    with pytest.raises(RuntimeError, match="not mma.sync alone"):
+        instruction_check([wgmma, mma_sync], "Triton mma.sync")
+    with pytest.raises(RuntimeError, match="not mma.sync alone"):
+        instruction_check([], "Triton mma.sync")
+    monkeypatch.delenv(MMA_V3_OFF, raising=False)
+    with mma_v3_off(True):
+        assert os.environ[MMA_V3_OFF] == "1"
+    assert MMA_V3_OFF not in os.environ
+    with mma_v3_off(False):
+        assert MMA_V3_OFF not in os.environ
+    monkeypatch.setenv(MMA_V3_OFF, "0")  # a reader's own setting is put back
+    with mma_v3_off(True):
+        assert os.environ[MMA_V3_OFF] == "1"
+    assert os.environ[MMA_V3_OFF] == "0"
