@@ -331,26 +331,3 @@ def test_each_fused_product_autotunes_over_its_own_winners_and_never_over_nothin
     assert kept(NORM=False, SWIGLU=False, RESIDUAL=False, INT8=True) == set(fused._INT8_BLOCKS)
     for (product, int8), blocks in fused._WON.items():  # a subset of what is compiled for them
         assert blocks and set(blocks) <= set(fused._INT8_BLOCKS if int8 else fused._BF16_BLOCKS)
-
-
-def test_the_stream_read_kernel_sums_every_value_once_in_the_interpreter(cli):
-    """Triton's interpreter runs the read-roof kernel on the CPU: a size no launch shape divides
-    (masked tail, programs past the end) sums to the float64 sum; a wrong stride would not."""
-    pytest.importorskip("triton")
-    code = (
-        "import torch\n"
-        "from examples.capstone.read_roof import check_read, exact_sum, stream_read\n"
-        "x = torch.rand(10_007, dtype=torch.bfloat16)\n"
-        "for block, programs in ((64, 7), (128, 200), (1024, 1)):\n"
-        "    partial = stream_read(x, block, 4, programs)\n"
-        "    assert partial.shape == (programs,), partial.shape\n"
-        "    check_read(lambda: partial, exact_sum(x), f'{block}/{programs}')\n"
-        "try:\n"
-        "    check_read(lambda: stream_read(x[::2].contiguous(), 64, 4, 7), exact_sum(x), 'half')\n"
-        "except RuntimeError as exc:\n"
-        "    assert 'is not the float64 sum' in str(exc)\n"
-        "else:\n"
-        "    raise AssertionError('a read of half the values passed the check')\n"
-        "print('ok')\n")
-    proc = cli.run("-c", code, env=cli.cpu_env(TRITON_INTERPRET="1"), timeout=300)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", cli.explain(proc)

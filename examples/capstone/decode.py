@@ -17,8 +17,7 @@ per round), so that drift falls on all alike:
 
 For each rung: ms per token, tokens/s, the **fraction of the speed of light**
 (bytes the token must read, weights plus the KV cache so far, over the time,
-over the copy bandwidth this run measured) and the **fraction of the read roof**
-(the same over the best streaming read of 2 GiB this run measured), and from the profiler the kernels
+over the copy bandwidth this run measured), and from the profiler the kernels
 per token, the time the GPU was busy and the gaps between its kernels. Then
 prefill (prompts of 128 to 8192 tokens) and decode (batch 1 to 64) on the
 roofline. On the CPU the tiny configuration runs the first two rungs.
@@ -41,7 +40,6 @@ from examples.capstone.int8_linear import Int8Weight, int8_chosen_configs, int8_
 from examples.capstone.model import (
     LLAMA3_8B, TINY, Config, Decoder, StaticCache, Weights, graph_pool_mib, layer_step,
     naive_cache_from, naive_generate, naive_step, prefill, random_weights, rope_tables)
-from examples.capstone.read_roof import check_read, exact_sum, read_calls
 from examples.lab.harness import CheckFailed
 from examples.lab.kernels import gpu_split
 
@@ -187,11 +185,10 @@ release = release_setup
 
 
 def start(lab) -> _Run:
-    """Both topics' first steps: the shared set-up, and this run's copy bandwidth and read
-    roof (each record carries the roofs its fractions are taken against)."""
+    """Both topics' first steps: the shared set-up, and this run's copy bandwidth (each
+    record carries the roof its fractions are taken against)."""
     run = _Run(lab, shared_setup(lab))
     run.copy_bandwidth()
-    run.read_roof()
     return run
 
 
@@ -203,7 +200,6 @@ class _Run:
         self.cos, self.sin = setup.cos, setup.sin
         self.first, self.reference = setup.first, setup.reference
         self.gbs = None
-        self.read_gbs = None
         self.ms_by_rung: dict[str, float] = {}
         #: rung -> its captured decoder (the int8 comparison replays two of them)
         self.graphed: dict[str, Decoder] = {}
@@ -223,25 +219,6 @@ class _Run:
         t = self.lab.time(lambda: dst.copy_(src), case={"part": "copy"}, metric="time", unit="us")
         self.gbs = 2 * n / (t.median * 1e-6) / 1e9  # read + write
         self.lab.value(case={"part": "copy"}, metric="bandwidth", value=self.gbs, unit="GB/s")
-
-    def read_roof(self) -> None:
-        """The best streaming read of 2 GiB this run measured (:mod:`examples.capstone.read_roof`):
-        the roof of a step that only reads, beside copy's, which also writes."""
-        nbytes = (2 << 30) if self.lab.cuda and not self.lab.quick else (1 << 24)
-        x = torch.rand(nbytes // 2, device=self.lab.device, dtype=torch.bfloat16)
-        exact = exact_sum(x)
-        best = 0.0
-        for name, read in read_calls(x).items():
-            check_read(read, exact, name)
-            case = {"part": "read", "shape": name}
-            t = self.lab.time(read, case=case, metric="time", unit="us")
-            gbs = nbytes / (t.median * 1e-6) / 1e9
-            self.lab.value(case=case, metric="bandwidth", value=gbs, unit="GB/s")
-            best = max(best, gbs)
-        del x
-        self.read_gbs = best
-        self.lab.value(case={"part": "read roof"}, metric="bandwidth", value=best, unit="GB/s")
-        self.lab.value(case={"part": "read roof"}, metric="over_copy", value=best / self.gbs, unit="x")
 
     # -- the ladder -----------------------------------------------------------------
     def ladder(self) -> None:
@@ -403,7 +380,6 @@ class _Run:
         fraction = gb / (ms * 1e-3) / self.gbs  # achieved bandwidth / copy bandwidth
         # --8<-- [end:fraction]
         lab.value(case=case, metric="speed_of_light_fraction", value=fraction, unit="")
-        lab.value(case=case, metric="read_roof_fraction", value=gb / (ms * 1e-3) / self.read_gbs, unit="")
         if "eager" in self.ms_by_rung and rung != "eager" and rung not in self._paired_over_eager:
             lab.value(case=case, metric="speedup_over_eager", value=self.ms_by_rung["eager"] / ms, unit="x")
         if precision == "int8":
@@ -484,8 +460,6 @@ class _Run:
             self.lab.value(case=case, metric="tokens_per_s", value=batch * 1e3 / step_ms, unit="tokens/s")
             self.lab.value(case=case, metric="speed_of_light_fraction",
                            value=nbytes / 1e9 / (step_ms * 1e-3) / self.gbs, unit="")
-            self.lab.value(case=case, metric="read_roof_fraction",
-                           value=nbytes / 1e9 / (step_ms * 1e-3) / self.read_gbs, unit="")
             del dec, cache
             torch.cuda.empty_cache()
 

@@ -76,8 +76,6 @@ METRICS: dict[str, str] = {
     "fit_beta": "fitted fixed cost per call β",
     "fraction_of_copy": "fraction of copy bandwidth",
     "fraction_of_library": "fraction of the library's rate",
-    "read_roof_fraction": "fraction of the read roof",
-    "over_copy": "over copy bandwidth",
     "vs_wgmma": "rate as a fraction of Triton wgmma's",
     "fraction_of_separate": "fraction of separate pools",
     "fraction_one_call": "fraction, one call",
