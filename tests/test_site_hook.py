@@ -229,6 +229,25 @@ def test_labels_name_the_gpu_and_the_gpus_of_a_multi_gpu_topic(fixture_store):
     assert store.min_gpus(REPO / "examples" / "graphs" / "launch_cost.py") == 1
 
 
+def test_the_primary_kind_s_multi_gpu_machines_come_before_another_kind_s(fixture_store):
+    # Unqualified values on a page quote the primary machine: for a multi-GPU topic its slug
+    # has a GPU count, and the primary's kind must still win over an alphabetically earlier GPU.
+    h200 = group(fixture_store, H200)
+
+    def on(gpu_slug, count):
+        machine = h200.record.machine.model_copy(update={"slug": gpu_slug, "gpu_count": count})
+        run = h200.runs[0].__class__(h200.record.model_copy(update={"machine": machine}), h200.runs[0].path,
+                                     h200.root, "x.json", False)
+        return store.Group(h200.root, "fixture.multi", (run,), multi_gpu=True)
+
+    groups = [on("nvidia-a100", 2), on("nvidia-h100-80gb-hbm3", 4), on(H200, 4), on(H200, 2)]
+    shelf = SimpleNamespace(groups=groups, broken_for=lambda topic: {})
+    shelf.topic = lambda topic, primary=None: store.Store.topic(shelf, topic, primary)
+    ordered = store.Store.topic(shelf, "fixture.multi", primary=H200)
+    assert [g.slug for g in ordered[:2]] == [f"{H200}-x2", f"{H200}-x4"]
+    assert store.Store.machine(shelf, "fixture.multi", None, H200).slug == f"{H200}-x2"
+
+
 def test_rows_merge_across_runs_and_are_selected_by_case_with_json_equality(fixture_store):
     h200 = group(fixture_store, H200)
     assert [r.case for r in figures.select(h200, {"layers": 32})] == [
@@ -350,8 +369,8 @@ def test_a_claim_about_one_kind_of_gpu_is_asked_only_of_that_kind(fixture_store)
     assert only_h200.holds and [v.machine for v in only_h200.verdicts] == [H200]
     assert only_h200.request.where == {"mode": "graph"} and only_h200.to_json()["machine"] == H200
     assert only_h200.request.describe().endswith(f"mode=\"graph\" machine={H200}")
-    assert claims.of_kind("nvidia-h200-x4", "nvidia-h200") and claims.of_kind("nvidia-h200", "nvidia-h200")
-    assert not claims.of_kind("nvidia-h200-x4", "nvidia-h20") and not claims.of_kind("nvidia-h200-sxm", "nvidia-h200")
+    assert store.of_kind("nvidia-h200-x4", "nvidia-h200") and store.of_kind("nvidia-h200", "nvidia-h200")
+    assert not store.of_kind("nvidia-h200-x4", "nvidia-h20") and not store.of_kind("nvidia-h200-sxm", "nvidia-h200")
 
 
 def test_a_claim_on_a_missing_metric_or_row_is_an_error(fixture_store):

@@ -13,14 +13,13 @@ page asks for something the code does not measure.
 """
 from __future__ import annotations
 
-import re
 
 import operator
 from dataclasses import asdict, dataclass
 
 from lab_site.figures import SelectionError, metric, select, with_metric
 from lab_site.shortcodes import ClaimRequest
-from lab_site.store import Group
+from lab_site.store import Group, of_kind
 
 OPERATORS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 #: The verdict of a GPU whose stale records lack the claim's figure, in words.
@@ -196,7 +195,3 @@ def can_measure(request: ClaimRequest, group: Group) -> bool:
         return False
     return request.machine is None or of_kind(group.slug, request.machine)
 
-
-def of_kind(slug: str, kind: str) -> bool:
-    """``nvidia-h200-x4`` is of kind ``nvidia-h200``; ``nvidia-h200`` is too; ``nvidia-h20`` is not."""
-    return slug == kind or re.fullmatch(re.escape(kind) + r"-x\d+", slug) is not None

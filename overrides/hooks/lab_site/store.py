@@ -20,6 +20,7 @@ import ast
 import functools
 import os
 import posixpath
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,7 +155,9 @@ class Store:
             path, message = next(iter(broken.items()))
             raise LabError(f"record {path} of topic {topic} is malformed: {message}")
         found = [g for g in self.groups if g.topic == topic]
-        return sorted(found, key=lambda g: (not g.is_gpu, g.slug != primary, g.root.index, g.label))
+        # The primary machine's kind first (its 2- and 4-GPU machines too), that machine itself first.
+        return sorted(found, key=lambda g: (not g.is_gpu, primary is None or not of_kind(g.slug, primary),
+                                            g.slug != primary, g.root.index, g.label))
 
     def gpu(self, topic: str, primary: str | None = None) -> list[Group]:
         return [g for g in self.topic(topic, primary) if g.is_gpu]
@@ -173,7 +176,12 @@ class Store:
         gpus = [g for g in groups if g.is_gpu]
         if not gpus:
             raise LabError(f"no GPU record of topic {topic} (only {', '.join(g.slug for g in groups)})")
-        return gpus[0]  # the primary machine sorts first when it has the topic
+        return gpus[0]  # the primary machine (or one of its kind) sorts first when it has the topic
+
+
+def of_kind(slug: str, kind: str) -> bool:
+    """``nvidia-h200-x4`` is of kind ``nvidia-h200``; ``nvidia-h200`` is too; ``nvidia-h20`` is not."""
+    return slug == kind or re.fullmatch(re.escape(kind) + r"-x\d+", slug) is not None
 
 
 def roots_from(config_dir: Path, docs_dir: Path, paths: Sequence[str], env_value: str | None) -> list[Root]:
