@@ -1083,3 +1083,19 @@ def test_a_claim_or_value_reads_the_selected_rows_that_have_its_metric():
     baseline = figures.GroupRow(case={"layers": 4, "mode": "eager"}, metrics={"step": object()})
     compiled = figures.GroupRow(case={"layers": 4, "mode": "graph"}, metrics={"step": object(), "speedup": object()})
     assert figures.with_metric([baseline, compiled], "speedup") == [baseline, compiled]
+
+
+def test_a_chapter_says_under_its_title_on_which_gpus_and_days_it_was_measured(fixture_store):
+    from lab_site import page_dates
+
+    body = "Text <!-- lab:value fixture.launch speedup mode=graph layers=8 -->.\n"
+    chapter = "# 3. A chapter\n\n" + body
+    out = page_dates.with_measured_on(chapter, fixture_store, H200)
+    title, blank, line, attrs = out.splitlines()[:4]
+    assert (title, blank, attrs) == ("# 3. A chapter", "", "{ .lab-measured-on }")
+    assert line.startswith("Figures measured on NVIDIA H200 (1 GPU; 20") and line.endswith(", UTC.")
+    names = [g.record.machine.gpu_name for g in fixture_store.groups if g.topic == TOPIC and g.is_gpu]
+    assert len(set(names)) >= 2 and all(name in line for name in names)  # every GPU of the page's topics
+    assert page_dates.with_measured_on("# Appendix\n\n" + body, fixture_store, H200) == "# Appendix\n\n" + body
+    assert page_dates.measured_on("# 1. No figures\n", fixture_store, H200) is None
+    assert page_dates.page_topics("<!-- lab:plot a.b,c.d x=n y=t -->\n```\n<!-- lab:value e.f m -->\n```") >= {"a.b", "c.d"}

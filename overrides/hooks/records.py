@@ -70,6 +70,7 @@ from lab_site import calculators  # noqa: E402
 from lab_site import captions  # noqa: E402
 from lab_site import claims as claims_mod  # noqa: E402
 from lab_site import generated  # noqa: E402
+from lab_site import page_dates  # noqa: E402
 from lab_site import markdown as render  # noqa: E402
 from lab_site import plot as plot_mod  # noqa: E402
 from lab_site import provenance as prov  # noqa: E402
@@ -142,6 +143,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
     src = page.file.src_uri
     try:
+        markdown = page_dates.with_measured_on(markdown, state.store, state.primary)
         markdown = generated.expand(markdown, lambda name: generated.render_named(
             name, store=state.store, primary=state.primary, nav=config.nav or [],
             docs_dir=Path(config.docs_dir), glossary_path=state.config_dir / "snippets" / "glossary.md",

@@ -446,7 +446,7 @@ def relative_link(page_src: str) -> Callable[[Entry], str]:
     return lambda entry: posixpath.relpath(entry.site_uri, base)
 
 
-NAMES = ("machines", "measured", "seconds", "records", "claims", "glossary")
+NAMES = ("machines", "measured", "seconds", "records", "claims", "glossary", "built")
 
 
 _COUNT_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 8: "eight"}
@@ -481,6 +481,10 @@ def render_named(name: str, *, store: Store, primary: str | None, nav: list, doc
         return machines(store, primary)
     if name == "measured":
         return measured(store)
+    if name == "built":
+        from lab_site.page_dates import built_from
+
+        return built_from(docs_dir.parent)
     if name == "seconds":
         return seconds(store, primary)
     if name == "glossary":
