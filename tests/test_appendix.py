@@ -177,10 +177,18 @@ def test_when_the_book_was_measured_is_read_from_its_records(book):
     text = generated.measured(loaded)
     lines = text.splitlines()
     assert lines and all(line.startswith("- ") for line in lines)
+    spans = []  # (GPU name, first day, last day) of each line
+    for line in lines:
+        days = re.findall(r"\d{4}-\d\d-\d\d", line)
+        assert days, line
+        spans.append((line, days[0], days[-1]))
     for g in loaded.groups:
         if g.root.index == 0 and g.is_gpu:
-            newest = max(e.record.run.date for e in g.runs)[:10]
-            assert any(g.runs[0].record.machine.gpu_name in line and newest in line for line in lines), newest
+            name, count = g.runs[0].record.machine.gpu_name, g.runs[0].record.machine.gpu_count
+            days = sorted(e.record.run.date[:10] for e in g.runs)
+            # its runs' days fall inside the span of a line naming its GPU (and count)
+            assert any(name in line and (count > 1) == ("of one host" in line) and first <= days[0]
+                       and days[-1] <= last for line, first, last in spans), (g.slug, days)
 
 
 def test_an_unknown_section_is_an_error(book):
