@@ -7,8 +7,10 @@
 // (h3.lab-record) and everything after it up to the next heading. A block matches when every
 // word typed is in its text, in the text of its hover titles (a metric's identifier, a
 // figure's provenance), or names its claim's verdict (holds, violated, unverified); a word
-// that starts with "-" must not be there. So "h100", "stale", "unverified", "latency",
-// "graphs.launch_cost" or "h200 -holds" each keep what they say. Nothing is fetched; the
+// that starts with "-" must not be there. A word that is part of a topic's name (its heading)
+// is looked for in the topics' names only, since a topic's commands may name the others it
+// ran with. So "h100", "stale", "unverified", "latency", "ring_allreduce" or "h200 -holds"
+// each keep what they say. Nothing is fetched; the
 // filter is kept in the address (?filter=...), so a filtered page can be linked to.
 (function () {
   "use strict";
@@ -36,7 +38,7 @@
       els.push(el);
     }
     var text = els.map(words).join(" ");
-    return { els: els, text: text, id: heading.id };
+    return { els: els, text: text, id: heading.id, name: heading.textContent.trim().toLowerCase() };
   }
 
   function setUp(box) {
@@ -58,10 +60,15 @@
     function apply() {
       var query = input.value.trim().toLowerCase();
       var terms = query ? query.split(/\s+/) : [];
+      function named(term) {
+        return topics.some(function (topic) { return topic.name.indexOf(term) >= 0; });
+      }
       function matches(block) {
         return terms.every(function (term) {
-          if (term.length > 1 && term.charAt(0) === "-") return block.text.indexOf(term.slice(1)) < 0;
-          return block.text.indexOf(term) >= 0;
+          var not = term.length > 1 && term.charAt(0) === "-";
+          var word = not ? term.slice(1) : term;
+          var text = block.name !== undefined && named(word) ? block.name : block.text;
+          return (text.indexOf(word) >= 0) !== not;
         });
       }
       function show(blocks) {
