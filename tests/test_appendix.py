@@ -50,16 +50,36 @@ def _section(text: str, topic: str) -> str:
     return text.split(f"### `{topic}`", 1)[1].split("\n### ", 1)[0]
 
 
-def test_every_run_is_listed_with_provenance_and_the_commands_that_reproduce_it(book):
+def chapter_of_package() -> dict[str, str]:
+    """package -> its chapter's page, read apart from the hook: each ``examples/<package>/__init__.py``
+    says "Chapter N: ...", and the nav says which page is "N. ..."."""
+    from tests.test_cross_references import chapter_pages
+
+    page_of = {number: page for page, number in chapter_pages().items()}
+    found = {}
+    for init in sorted((REPO / "examples").glob("*/__init__.py")):
+        number = re.match(r'"""Chapter (\d+):', init.read_text(encoding="utf-8"))
+        if number:
+            found[init.parent.name] = page_of[int(number[1])]
+    return found
+
+
+def test_every_run_is_listed_on_its_chapter_s_page_with_provenance_and_the_commands_that_reproduce_it(book):
     loaded, pages = book
-    text = generated.records(loaded, pages, PRIMARY, generated.relative_link("appendix-records.md"))
+    chapter_of = chapter_of_package()
+    texts = {src: generated.records(loaded, pages, PRIMARY, generated.relative_link(f"appendix-records/{src}"), src)
+             for src in dict.fromkeys(chapter_of.values())}
+    assert not generated.records(loaded, pages, PRIMARY, generated.relative_link("appendix-records/index.md"), None)
     for group in loaded.groups:
-        section = _section(text, group.topic)
+        chapter = chapter_of[group.record.source.split("/")[1]]
+        assert sum(f"### `{group.topic}` " in text for text in texts.values()) == 1, group.topic
+        section = _section(texts[chapter], group.topic)  # on its chapter's page, and only there
+        assert section.startswith(f" {{ #{group.topic.replace('.', '')} .lab-record }}")
         assert f'"{group.label}"' in section  # the machine's tab
         for entry in group.runs:
             run = entry.record.run
             assert f"`{run.command}`" in section
-            assert f"| [`{entry.run_id}`]({entry.site_uri}) | {run.date[:10]} |" in section
+            assert f"| [`{entry.run_id}`](../{entry.site_uri}) | {run.date[:10]} |" in section
         assert f"`python -m examples.lab run {group.topic} --out DIR`" in section
         assert ("**stale**" in section) == any(g.stale for g in loaded.groups if g.topic == group.topic)
         for row in group.runs[-1].record.results:  # every figure: a line with its metric
@@ -67,15 +87,15 @@ def test_every_run_is_listed_with_provenance_and_the_commands_that_reproduce_it(
                 # The metric in words, its identifier on hover (what a shortcode names).
                 assert f'| <span title="{name}">{labels.metric_or_name(group.topic, name)}</span> |' in section, \
                     (group.topic, name)
-    # Grouped under the chapter that first shows the topic, in the order of the book.
-    chapters = re.findall(r"^## \[(.+?)\]\((.+?)\)$", text, re.M)
-    order = [p.src for p in pages]
-    assert [src for _, src in chapters] == sorted({src for _, src in chapters}, key=order.index)
+    # Each page's topics in topic order.
+    for text in texts.values():
+        shown = re.findall(r"^### `(.+?)` ", text, re.M)
+        assert shown == sorted(shown)
 
 
 def test_a_summary_counts_figures_and_noisy_ones_per_machine(book, fixtures):
     loaded, pages = book
-    head = generated.records(loaded, pages, PRIMARY, generated.relative_link("appendix-records.md")).split("\n## ")[0]
+    head = generated.summary(loaded)
     total, noisy = map(int, re.match(r"(\d+) figures, (\d+) noisy \(their runs differ by more than 15 %", head).groups())
     # One line per machine of the book, whose figures add up to the total.
     per_machine = re.findall(r"^- .* \(`([a-z0-9-]+)`\): (\d+) figures? of (\d+) topics?, runs per topic: ([0-9–]+), "
@@ -93,7 +113,7 @@ def test_a_summary_counts_figures_and_noisy_ones_per_machine(book, fixtures):
 
 
 def test_figures_show_their_run_to_run_range_and_flag_noisy_ones(fixtures):
-    text = generated.records(fixtures, [], "nvidia-h200", lambda e: e.site_uri)
+    text = generated.records(fixtures, [], "nvidia-h200", lambda e: e.site_uri, None)  # no chapter shows it
     h200 = text.split('"NVIDIA H200"', 1)[1].split('=== "', 1)[0]
     lines = h200.splitlines()
     assert any(line.strip().startswith("| layers | mode | metric | median, run to run | runs | > 15 % |")
@@ -116,7 +136,7 @@ def test_figures_show_their_run_to_run_range_and_flag_noisy_ones(fixtures):
 
 
 def test_a_skipped_record_is_listed_as_skipped_not_an_error(fixtures):
-    text = generated.records(fixtures, [], "nvidia-h200", lambda e: e.site_uri)
+    text = generated.records(fixtures, [], "nvidia-h200", lambda e: e.site_uri, None)
     a100 = text.split('=== "NVIDIA A100-SXM4-80GB"', 1)[1]
     assert a100.lstrip().startswith("skipped: one GPU: a collective needs at least two")
     assert "[record (JSON)](records/nvidia-a100-sxm4-80gb/fixture.launch.json)" in a100
@@ -199,8 +219,11 @@ def test_an_unknown_section_is_an_error(book):
 
 
 def test_the_pages_use_the_markers():
-    assert "<!-- lab:generated records -->" in (REPO / "docs" / "appendix-records.md").read_text(encoding="utf-8")
-    assert "<!-- lab:generated claims -->" in (REPO / "docs" / "appendix-records.md").read_text(encoding="utf-8")
+    overview = (REPO / "docs" / "appendix-records" / "index.md").read_text(encoding="utf-8")
+    for name in ("seconds", "chapters", "summary", "elsewhere"):
+        assert f"<!-- lab:generated {name} -->" in overview
+    for page in chapter_of_package().values():  # one page of Appendix A per chapter, written by the build
+        assert "<!-- lab:generated chapter -->" in (REPO / "docs" / "appendix-records" / page).read_text(encoding="utf-8")
     assert "<!-- lab:generated machines -->" in (REPO / "docs" / "index.md").read_text(encoding="utf-8")
     assert "<!-- lab:generated measured -->" in (REPO / "docs" / "index.md").read_text(encoding="utf-8")
 
@@ -265,14 +288,96 @@ def test_one_all_adds_up_each_topics_median_and_multi_gpu_topics_stand_apart():
 
 def test_the_book_says_what_one_all_costs_on_each_of_its_gpus(book):
     loaded, _ = book
-    text = generated.render_named("seconds", store=loaded, primary=PRIMARY, nav=[], docs_dir=REPO / "docs",
-                                  glossary_path=REPO / "snippets" / "glossary.md", page_src="appendix-records.md")
+    nav = yaml.load((REPO / "mkdocs.yml").read_text(encoding="utf-8"), Loader=_Loader)["nav"]
+    text = generated.render_named("seconds", store=loaded, primary=PRIMARY, nav=nav, docs_dir=REPO / "docs",
+                                  glossary_path=REPO / "snippets" / "glossary.md", page_src="appendix-records/index.md")
     single = text.split("\n\n")[0]
+    chapter_of = chapter_of_package()
     for group in loaded.groups:
+        # Each topic links to its records, on its chapter's page of the appendix (beside this one).
+        row = f"| [`{group.topic}`]({chapter_of[group.record.source.split('/')[1]]}#{group.topic.replace('.', '')}) |"
         if group.is_gpu and not group.multi_gpu:
-            assert f"| `{group.topic}` |" in single
+            assert row in single
         elif group.multi_gpu:
-            assert f"| `{group.topic}` |" in text and f"| `{group.topic}` |" not in single
+            assert row in text and row not in single
     assert single.splitlines()[0].startswith("| topic | H200 |")  # the primary machine first
     assert re.search(r"^\| \*\*one `lab run --all`\*\* \| \*\*\d", single, re.M)
-    assert "<!-- lab:generated seconds -->" in (REPO / "docs" / "appendix-records.md").read_text(encoding="utf-8")
+    assert "<!-- lab:generated seconds -->" in (REPO / "docs" / "appendix-records" / "index.md").read_text(encoding="utf-8")
+
+
+# -- one page per chapter -----------------------------------------------------------------------
+
+def _nav_appendix() -> list[str]:
+    nav = yaml.load((REPO / "mkdocs.yml").read_text(encoding="utf-8"), Loader=_Loader)["nav"]
+    (section,) = [value for item in nav for title, value in item.items() if title.startswith("A. ")]
+    return section
+
+
+def test_the_nav_has_the_overview_then_a_page_per_chapter_in_chapter_order():
+    from tests.test_cross_references import chapter_pages
+
+    chapters = sorted(chapter_pages(), key=chapter_pages().get)
+    assert _nav_appendix() == ["appendix-records/index.md", *(f"appendix-records/{page}" for page in chapters)]
+
+
+def test_each_chapter_s_appendix_page_holds_exactly_its_topics_its_claims_and_the_filter(built_site, book):
+    import html as html_mod
+
+    from tests.test_cross_references import chapter_pages
+
+    loaded, _ = book
+    chapter_of = chapter_of_package()
+    topics = {e.record.topic: chapter_of[e.record.source.split("/")[1]] for e in loaded.entries}
+    claims_of = {}
+    for page, claim in page_claims():
+        claims_of.setdefault(page.name, []).append(claim)
+    script = re.compile(r'<script src="(?:\.\./)+javascripts/appendix-filter\.js"></script>')
+    seen = set()
+    for page, number in chapter_pages().items():
+        built = (built_site / "appendix-records" / page.removesuffix(".md") / "index.html").read_text(encoding="utf-8")
+        title = re.search(r"<h1[^>]*>(.*?)<a", built, re.S).group(1)
+        assert re.sub(r"<[^>]+>", "", title).startswith(f"A.{number} Chapter {number}: "), title
+        # Exactly the topics of its chapter's examples, each once, as the filter's blocks.
+        shown = re.findall(r'<h3 class="lab-record" id="([^"]+)">', built)
+        wanted = sorted(t.replace(".", "") for t, src in topics.items() if src == page)
+        assert sorted(shown) == wanted and wanted, page
+        seen.update(shown)
+        # Exactly the chapter's claims, in the block whose rows the filter shows or hides.
+        claims_block = built.split('<div class="lab-appendix-claims">', 1)[1].split("</table>", 1)[0]
+        rows = re.findall(r"<tr>(.*?)</tr>", claims_block, re.S)[1:]
+        assert len(rows) == len(claims_of.get(page, [])) and rows, page
+        checks = sorted(html_mod.unescape(re.search(r"<small>check: .*?<code>(.*?)</code>", row, re.S).group(1))
+                        for row in rows)
+        assert checks == sorted(c.describe().replace("`", "'") for c in claims_of[page]), page
+        # The filter: its box (hidden until the script shows it) and the script, from the site itself.
+        assert '<div class="lab-filter" data-lab-filter hidden>' in built
+        assert '<input class="lab-filter__input" id="lab-filter-input" type="search"' in built
+        assert 'aria-live="polite"' in built and script.search(built), page
+    assert seen == {t.replace(".", "") for t in topics}  # every topic has its page
+    assert (built_site / "javascripts" / "appendix-filter.js").is_file()
+    # The overview stays where Appendix A was, short: the seconds and a link to each chapter's page.
+    overview = (built_site / "appendix-records" / "index.html").read_text(encoding="utf-8")
+    assert "lab-record" not in overview and "lab-appendix-claims" not in overview
+    for page in chapter_pages():
+        assert f'href="{page.removesuffix(".md")}/"' in overview
+
+
+def test_the_filter_script_hides_blocks_and_counts_what_it_shows():
+    js = (REPO / "docs" / "javascripts" / "appendix-filter.js").read_text(encoding="utf-8")
+    for needle in (".lab-appendix-claims tbody tr", "h3.lab-record", "[data-lab-filter]", "Escape", "hidden",
+                   "textContent", "Showing "):
+        assert needle in js, needle
+    assert not re.search(r"https?://|fetch\(|XMLHttpRequest", js)  # offline: it asks for nothing
+
+
+def test_a_claim_s_links_lead_where_they_did_on_its_chapter():
+    text = 'See [the roofline](stack.md#roof "t"), [above](#launch) and [NVIDIA](https://nvidia.com/a.md).'
+    assert generated.rebase_links(text, "blas.md", "appendix-records/blas.md") == (
+        'See [the roofline](../stack.md#roof "t"), [above](../blas.md#launch) and [NVIDIA](https://nvidia.com/a.md).')
+    assert generated.rebase_links(text, "blas.md", "blas.md") == text
+
+
+def test_the_chapter_marker_belongs_on_a_chapter_s_appendix_page(book):
+    loaded, pages = book
+    with pytest.raises(LabError, match="belongs on a chapter's page of Appendix A"):
+        generated.chapter_page(loaded, pages, PRIMARY, "appendix-records/glossary.md")

@@ -103,8 +103,9 @@ def test_each_figure_of_the_topic_gains_a_tab_for_the_readers_machine(readers):
 def test_appendix_a_lists_the_readers_records_with_their_provenance(readers):
     records, site = readers.cpu, readers.site
     run = json.loads(_one_record(records).read_text())["run"]
-    page = (site / "appendix-records/index.html").read_text(encoding="utf-8")
-    heading = f'<h3 id="{TOPIC.replace(".", "")}">'
+    # On the page of the topic's chapter (graphs: Chapter 5) in Appendix A.
+    page = (site / "appendix-records/cuda-graphs/index.html").read_text(encoding="utf-8")
+    heading = f'<h3 class="lab-record" id="{TOPIC.replace(".", "")}">'
     assert heading in page
     section = html.unescape(re.sub(r"<[^>]+>", "", page.split(heading, 1)[1].split("<h3 ", 1)[0]))
     assert f"· {records.name}" in section and BOOK_GPU in section
@@ -168,10 +169,11 @@ def test_a_one_gpu_readers_run_builds_with_a_tab_per_topic_and_the_skipped_one_l
     assert any(labels[0] == BOOK_GPU and labels[-1] == mine for labels in _labels(page)), _labels(page)
     collectives = (site / "collectives" / "index.html").read_text(encoding="utf-8")
     assert mine not in collectives and "2 × NVIDIA H200" in collectives  # the book's two GPUs, no reader tab
-    raw = (site / "appendix-records" / "index.html").read_text(encoding="utf-8")
-    appendix = html.unescape(re.sub(r"<[^>]+>", "", raw))
-    section = html.unescape(re.sub(r"<[^>]+>", "", raw.split('<h3 id="collectivesring_allreduce">', 1)[1]
-                                   .split("<h3 ", 1)[0]))
+    raw = (site / "appendix-records" / "collectives" / "index.html").read_text(encoding="utf-8")
+    appendix = html.unescape(re.sub(r"<[^>]+>", "", (site / "appendix-records" / "index.html")
+                                    .read_text(encoding="utf-8")))  # the overview's summary
+    section = html.unescape(re.sub(r"<[^>]+>", "", raw.split('<h3 class="lab-record" id="collectivesring_allreduce">',
+                                                              1)[1].split("<h3 ", 1)[0]))
     assert f"skipped: {SKIPPED}" in section and "2 × NVIDIA H200" in section
     assert f"{READER_GPU} · {records.name} ({READER_SLUG}):" in appendix  # the summary counts its figures
     report = json.loads((site / "claims.json").read_text())

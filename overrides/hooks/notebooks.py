@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import re
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,9 @@ from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
 from mkdocs.utils import get_relative_url
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lab_site.chapters import package_pages  # noqa: E402  (the hooks' package; mkdocs loads hooks by path)
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 NOT_CHAPTERS = {"lab"}
@@ -33,7 +37,6 @@ SITE_DIR = "notebooks"
 #: An inline script of nbconvert's template that imports from a CDN (its Mermaid loader).
 CDN_SCRIPT = re.compile(r"<script\b[^>]*>(?:(?!</script>).)*?https://cdnjs\.cloudflare\.com"
                         r"(?:(?!</script>).)*?</script>", re.S)
-INCLUDE = re.compile(r'--8<--\s+"examples/(\w+)/')
 
 RUN = '''\
 def run(module, argv):
@@ -195,14 +198,11 @@ def on_files(files: Files, config) -> Files:
         files.append(File(f"{SITE_DIR}/{package}.ipynb", src_dir=str(folder),
                           dest_dir=config.site_dir, use_directory_urls=config.use_directory_urls))
     # The chapter page of a package: the page that includes most of its examples.
-    counts: dict[str, dict[str, int]] = {}
-    for file in files.documentation_pages():
-        if file.src_uri.endswith(".md") and file.abs_src_path:
-            for package in INCLUDE.findall(Path(file.abs_src_path).read_text("utf-8")):
-                counts.setdefault(package, {}).setdefault(file.src_uri, 0)
-                counts[package][file.src_uri] += 1
-    _state["pages"] = {max(by_page, key=by_page.get): package
-                       for package, by_page in counts.items() if package in notebooks}
+    # (lab_site.chapters: the same mapping puts a topic's records on its chapter's page of Appendix A.)
+    found = package_pages((file.src_uri, Path(file.abs_src_path).read_text("utf-8"))
+                          for file in files.documentation_pages()
+                          if file.src_uri.endswith(".md") and file.abs_src_path)
+    _state["pages"] = {page: package for package, page in found.items() if package in notebooks}
     return files
 
 

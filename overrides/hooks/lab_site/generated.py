@@ -4,16 +4,24 @@ Each marker stands alone on its line (outside fenced code) and becomes Markdown 
 the other shortcodes expand:
 
 - ``machines``: the machines the book's records were measured on (the landing page);
-- ``seconds``: Appendix A, the seconds each topic took per GPU kind (the median of its
-  runs' ``wall_s``, with the range) and their sum, what one ``lab run --all`` costs there;
-  multi-GPU topics apart, by how many GPUs they ran on;
-- ``records``: Appendix A, every measured figure per topic and group of runs, with its
-  run-to-run range and a flag where runs differ by more than 15 %, every run with its
-  provenance, the command that reproduces it, and the records that skipped the topic;
-- ``claims``: every ``lab:claim`` of the pages with its verdict on each GPU, over its runs;
+- ``measured``: when the book's records were taken, per GPU setup (the landing page);
+- ``seconds``: Appendix A's overview, the seconds each topic took per GPU kind (the median
+  of its runs' ``wall_s``, with the range) and their sum, what one ``lab run --all`` costs
+  there; multi-GPU topics apart, by how many GPUs they ran on; each topic links to its records;
+- ``summary``: Appendix A's overview, how many figures the records hold per machine, how many noisy;
+- ``chapters``: Appendix A's overview, one row per chapter: its appendix page, topics, claims, figures;
+- ``elsewhere``: Appendix A's overview, the records and claims of no chapter (nothing, when there are none);
+- ``chapter``: one page of Appendix A per chapter (``appendix-records/<the chapter's page>``):
+  every ``lab:claim`` of the chapter with its verdict on each GPU, over its runs; then every
+  measured figure of each topic of the chapter's example packages, per group of runs, with
+  its run-to-run range and a flag where runs differ by more than 15 %, every run with its
+  provenance, the command that reproduces it, and the records that skipped the topic; above
+  them, a filter box (``docs/javascripts/appendix-filter.js``);
 - ``glossary``: Appendix B, every abbreviation of ``snippets/glossary.md``, sorted.
 
-Nothing here writes a file: the text goes into the page being built.
+A topic belongs to the chapter of its example's package (``examples/<package>/``): the page
+that includes most of that package's examples (``lab_site.chapters``, as the notebooks hook
+reads it). Nothing here writes a file: the text goes into the page being built.
 """
 from __future__ import annotations
 
@@ -21,11 +29,12 @@ import html
 import posixpath
 import re
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from lab_site import LabError
+from lab_site import chapters as chapters_mod
 from lab_site import claim_context
 from lab_site import claims as claims_mod
 from lab_site import labels
@@ -109,15 +118,80 @@ def requests_of(page: Page) -> list[shortcodes.Request]:
     return found
 
 
-def _topics_by_page(pages: Sequence[Page]) -> dict[str, str]:
-    """topic -> the first page (in nav order) that shows it."""
-    where: dict[str, str] = {}
+#: Appendix A's folder: its overview (``index.md``) and one page per chapter, named as the chapter's page.
+APPENDIX = "appendix-records"
+#: A chapter's title in the nav: "5. CUDA Graphs and launch overhead".
+CHAPTER_TITLE = re.compile(r"(\d+)\.\s+(.+)")
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """A numbered chapter of the nav, and its page of Appendix A."""
+
+    number: int
+    title: str  # the nav's title less its number
+    page: Page
+
+    @property
+    def appendix(self) -> str:
+        return appendix_src(self.page.src)
+
+
+def appendix_src(chapter_src: str) -> str:
+    """The source path of a chapter's page of Appendix A: ``appendix-records/<chapter page>``."""
+    return f"{APPENDIX}/{chapter_src}"
+
+
+def chapters_of(pages: Sequence[Page]) -> list[Chapter]:
+    """The numbered chapters of the nav ("N. title"), in nav order."""
+    found = []
     for page in pages:
-        for req in requests_of(page):
-            topic = getattr(req, "topic", None)
-            if topic:
-                where.setdefault(topic, page.src)
+        match = CHAPTER_TITLE.fullmatch(page.title)
+        if match and not page.src.startswith(f"{APPENDIX}/"):
+            found.append(Chapter(int(match[1]), match[2], page))
+    return found
+
+
+def topic_chapters(store: Store, pages: Sequence[Page]) -> dict[str, str | None]:
+    """topic -> the page of the chapter of its example's package, in topic order; ``None`` where no
+    chapter includes that package's examples."""
+    packages = chapters_mod.package_pages((p.src, p.text) for p in pages)
+    numbered = {c.page.src for c in chapters_of(pages)}
+    where: dict[str, str | None] = {}
+    for e in sorted(store.entries, key=lambda e: e.record.topic):
+        page = packages.get(chapters_mod.package_of(e.record.source) or "")
+        where.setdefault(e.record.topic, page if page in numbered else None)
     return where
+
+
+def anchor(topic: str) -> str:
+    """A topic's heading id on its appendix page (what the toc would make of it: no dots)."""
+    return re.sub(r"[^\w-]", "", topic.lower())
+
+
+def _relative(target: str, page_src: str) -> str:
+    return posixpath.relpath(target, posixpath.dirname(page_src) or ".")
+
+
+#: A Markdown link's target: ``](target)`` or ``](target "title")``.
+_LINK_TARGET = re.compile(r'\]\((?P<target>[^)\s]+)(?P<title>\s+"[^"]*")?\)')
+
+
+def rebase_links(text: str, from_src: str, to_src: str) -> str:
+    """The Markdown links of ``text``, written on the page ``from_src``, as they read from ``to_src``:
+    a relative target is rebased (a bare ``#anchor`` names ``from_src``'s anchor), others are kept."""
+    if from_src == to_src:
+        return text
+
+    def one(match: re.Match) -> str:
+        target = match["target"]
+        if re.match(r"[a-z][a-z0-9+.-]*:", target, re.I) or target.startswith("/"):
+            return match[0]  # a URL, or a path from the site's root
+        path, hash_, fragment = target.partition("#")
+        where = posixpath.normpath(posixpath.join(posixpath.dirname(from_src), path)) if path else from_src
+        return f"]({_relative(where, to_src)}{hash_}{fragment}{match['title'] or ''})"
+
+    return _LINK_TARGET.sub(one, text)
 
 
 # -- the machines -----------------------------------------------------------------------
@@ -194,8 +268,10 @@ def _seconds_total(groups: Sequence[Group], topics: int) -> str:
     return text
 
 
-def _seconds_table(groups: Sequence[Group], order: Callable[[Group], tuple], total: str) -> str:
-    """One row per topic, one column per GPU kind (and records folder), a last row of sums."""
+def _seconds_table(groups: Sequence[Group], order: Callable[[Group], tuple], total: str,
+                   topic_link: Callable[[str], str | None]) -> str:
+    """One row per topic (a link to its records where ``topic_link`` gives one), one column per
+    GPU kind (and records folder), a last row of sums."""
     columns: dict[tuple[int, str], dict[str, Group]] = {}
     for g in sorted(groups, key=order):
         columns.setdefault((g.root.index, g.slug), {})[g.topic] = g
@@ -203,19 +279,22 @@ def _seconds_table(groups: Sequence[Group], order: Callable[[Group], tuple], tot
     labels = [render.cell(next(iter(by_topic.values())).short_label) for by_topic in columns.values()]
     lines = ["| topic | " + " | ".join(labels) + " |", "|:--|" + "--:|" * len(columns)]
     for topic in topics:
-        lines.append(f"| `{topic}` | " + " | ".join(_seconds_cell(c.get(topic)) for c in columns.values()) + " |")
+        href = topic_link(topic)
+        name = f"[`{topic}`]({href})" if href else f"`{topic}`"
+        lines.append(f"| {name} | " + " | ".join(_seconds_cell(c.get(topic)) for c in columns.values()) + " |")
     lines.append(f"| {total} | " + " | ".join(_seconds_total(list(c.values()), len(topics))
                                             for c in columns.values()) + " |")
     return "\n".join(lines)
 
 
-def seconds(store: Store, primary: str | None) -> str:
+def seconds(store: Store, primary: str | None, topic_link: Callable[[str], str | None] = lambda topic: None) -> str:
     """What each topic, and one ``lab run --all``, costs on each GPU kind of the records (``run.wall_s``).
 
     Each cell is the median of the topic's counted runs on that kind (current runs where
     there are any), the fastest and slowest run beside it; the last row adds the medians:
     one ``--all``. Multi-GPU topics run only where there are enough GPUs, so they have
-    their own table, one column per GPU count.
+    their own table, one column per GPU count. ``topic_link`` gives each topic's link (to its
+    records), or ``None``.
     """
     gpu = [g for g in store.groups if g.is_gpu]
     if not gpu:
@@ -225,14 +304,14 @@ def seconds(store: Store, primary: str | None) -> str:
     out = []
     if single:
         out += [_seconds_table(single, lambda g: (g.root.index, g.slug != primary, g.label),
-                               "**one `lab run --all`**"), ""]
+                               "**one `lab run --all`**", topic_link), ""]
     if multi:
         counts = sorted({g.record.machine.gpu_count for g in multi})
         out += [f"Topics that need several GPUs run only on a machine that has them: there `lab run --all` "
                 f"costs the single-GPU topics' sum above plus the sum below for its number of GPUs "
                 f"({' or '.join(map(str, counts))} in these records).", "",
                 _seconds_table(multi, lambda g: (g.root.index, g.record.machine.gpu_count, g.label),
-                               "**all of them**"), ""]
+                               "**all of them**", topic_link), ""]
     if any(g.stale and _wall_times(g) for g in gpu):  # a time marked stale above
         out.append(f"{STALE_MARK} {STALE_SECONDS[0].upper()}{STALE_SECONDS[1:]}.")
     return "\n".join(out).strip("\n")
@@ -342,18 +421,21 @@ def _skipped_tab(entry: Entry, link: Callable[[Entry], str]) -> str:
             f"by `{run.command}` · [record (JSON)]({link(entry)})")
 
 
-def summary(store: Store) -> str:
-    """How many figures the records hold, how many are noisy, per machine (and what was skipped)."""
+def summary(store: Store, topics: Collection[str] | None = None) -> str:
+    """How many figures the records hold, how many are noisy, per machine (and what was skipped):
+    of every topic, or of ``topics`` only."""
     per: dict[tuple[int, str], list[Group]] = {}
     for g in store.groups:
-        per.setdefault((g.root.index, g.slug), []).append(g)
+        if topics is None or g.topic in topics:
+            per.setdefault((g.root.index, g.slug), []).append(g)
     total = noisy = 0
     lines = []
     for (_, slug), groups in sorted(per.items()):
         figures = [f for g in groups for _, _, f in _figure_rows(g)]
         bad = sum(f.across.noisy for f in figures)
         total, noisy = total + len(figures), noisy + bad
-        skipped = [e for e in store.skipped if (e.root.index, e.slug) == (groups[0].root.index, slug)]
+        skipped = [e for e in store.skipped if (e.root.index, e.slug) == (groups[0].root.index, slug)
+                   and (topics is None or e.record.topic in topics)]
         lines.append(f"- {_machine_name(groups[0].runs[-1])} (`{slug}`): {plural(len(figures), 'figure')} of "
                      f"{plural(len(groups), 'topic')}, runs per topic: {int_span(len(g.runs) for g in groups)}, "
                      f"{bad} noisy" + (f", {len(skipped)} topics skipped" if skipped else ""))
@@ -362,33 +444,29 @@ def summary(store: Store) -> str:
     return "\n".join([head, "", *lines])
 
 
-def records(store: Store, pages: Sequence[Page], primary: str | None, link: Callable[[Entry], str]) -> str:
-    """Appendix A: a summary, then per chapter, per topic, a tab per group of runs (and per skipped record)."""
-    where = _topics_by_page(pages)
-    titles = {p.src: p.title for p in pages}
-    topics = sorted({e.record.topic for e in store.entries})
-    chapters: dict[str | None, list[str]] = {}
-    for topic in topics:
-        chapters.setdefault(where.get(topic), []).append(topic)
-    order = [p.src for p in pages if p.src in chapters] + ([None] if None in chapters else [])
-    out: list[str] = [summary(store), ""]
-    for src in order:
-        heading = f"[{titles[src]}]({src})" if src else "Records no page shows"
-        out += [f"## {heading}", ""]
-        for topic in chapters[src]:
-            groups = store.topic(topic, primary)
-            skipped = [e for e in store.skipped if e.record.topic == topic]
-            source = (groups[0].record if groups else skipped[0].record).source
-            out += [f"### `{topic}`", "", f"Measured by `{source}`.", ""]
-            items = [(g.label, _group_tab(g, link)) for g in groups]
-            items += [(_machine_name(e), _skipped_tab(e, link)) for e in skipped]
-            out.append(render.tabs(items))
-            out.append("")
-    return "\n".join(out)
+def topic_section(store: Store, topic: str, primary: str | None, link: Callable[[Entry], str]) -> str:
+    """One topic of Appendix A: its heading (``#`` :func:`anchor`, a block the filter shows or hides),
+    its example, a tab per group of runs and per skipped record."""
+    groups = store.topic(topic, primary)
+    skipped = [e for e in store.skipped if e.record.topic == topic]
+    source = (groups[0].record if groups else skipped[0].record).source
+    items = [(g.label, _group_tab(g, link)) for g in groups]
+    items += [(_machine_name(e), _skipped_tab(e, link)) for e in skipped]
+    return "\n".join([f"### `{topic}` {{ #{anchor(topic)} .lab-record }}", "", f"Measured by `{source}`.", "",
+                      render.tabs(items)])
 
 
-def claims(store: Store, pages: Sequence[Page], primary: str | None) -> str:
-    """Every claim of the pages, re-checked here against every run of every GPU of its topic."""
+def records(store: Store, pages: Sequence[Page], primary: str | None, link: Callable[[Entry], str],
+            chapter: str | None) -> str:
+    """Appendix A: every topic of the chapter whose page is ``chapter`` (``None``: the topics of no
+    chapter), in topic order, each :func:`topic_section`; nothing when there are none."""
+    topics = [t for t, src in topic_chapters(store, pages).items() if src == chapter]
+    return "\n\n".join(topic_section(store, t, primary, link) for t in topics)
+
+
+def claims(store: Store, pages: Sequence[Page], primary: str | None, page_src: str = "") -> str:
+    """Every claim of the pages, re-checked here against every run of every GPU of its topic; the
+    chapter links are relative to the page ``page_src``. A table whose rows the filter shows or hides."""
     lines = ["| chapter | what the chapter says, and the check | verdict per GPU (its runs) |", "|:--|:--|:--|"]
     count = 0
     for page in pages:
@@ -402,12 +480,13 @@ def claims(store: Store, pages: Sequence[Page], primary: str | None) -> str:
             result = claims_mod.evaluate(page.src, req, groups)
             badges = render.claim(result, {g.key: g.short_label for g in groups})
             claim = req.describe().replace("|", "\\|").replace("`", "'")  # a code span: no HTML escapes
-            chapter = f"[{page.title}]({page.src})" if first else ""
+            chapter = f"[{page.title}]({_relative(page.src, page_src)})" if first else ""
             words = render.cell(labels.metric(req.topic, req.metric))
             check = f"{words}: `{claim}`"
             if context is not None and context.sentence:
                 # The sentence keeps its lab:value shortcodes: the hook renders them after this.
-                sentence = context.sentence.replace("|", "\\|")
+                # Its links lead where they lead from the chapter's page.
+                sentence = rebase_links(context.sentence, page.src, page_src or page.src).replace("|", "\\|")
                 where = f" ({html.escape(context.section, quote=False)})" if context.section else ""
                 check = f"{sentence}{where}<br><small>check: {check}</small>"
             lines.append(f"| {chapter} | {check} | {badges} |")
@@ -416,6 +495,106 @@ def claims(store: Store, pages: Sequence[Page], primary: str | None) -> str:
     if not count:
         raise LabError("no page states a claim")
     return "\n".join(lines)
+
+
+def claim_count(page: Page) -> int:
+    return sum(isinstance(r, shortcodes.ClaimRequest) for r in requests_of(page))
+
+
+#: The filter box of a chapter's appendix page; ``docs/javascripts/appendix-filter.js`` shows it
+#: (it stays hidden where scripts do not run) and hides the claims and topics that do not match.
+FILTER_HTML = (
+    '<div class="lab-filter" data-lab-filter hidden>\n'
+    '<label class="lab-filter__label" for="lab-filter-input">Filter</label>\n'
+    '<input class="lab-filter__input" id="lab-filter-input" type="search" autocomplete="off" spellcheck="false" '
+    'placeholder="a topic, GPU, metric, word or claim status (holds, unverified, stale)" '
+    'aria-describedby="lab-filter-count">\n'
+    '<output class="lab-filter__count" id="lab-filter-count" for="lab-filter-input" aria-live="polite"></output>\n'
+    '</div>'
+)
+#: The class of the block that holds a chapter's claims table (the rows the filter shows or hides).
+CLAIMS_CLASS = "lab-appendix-claims"
+
+
+def _chapter(pages: Sequence[Page], page_src: str) -> Chapter:
+    found = [c for c in chapters_of(pages) if c.appendix == page_src]
+    if not found:
+        names = ", ".join(c.appendix for c in chapters_of(pages))
+        raise LabError(f"<!-- lab:generated chapter --> belongs on a chapter's page of Appendix A ({names}), "
+                       f"not on {page_src}")
+    return found[0]
+
+
+def chapter_page(store: Store, pages: Sequence[Page], primary: str | None, page_src: str) -> str:
+    """A chapter's page of Appendix A: its title, what it holds, the filter, the chapter's claims
+    and the records of its topics."""
+    chapter = _chapter(pages, page_src)
+    link = relative_link(page_src)
+    topics = [t for t, src in topic_chapters(store, pages).items() if src == chapter.page.src]
+    packages = sorted(p for p, src in chapters_mod.package_pages((p.src, p.text) for p in pages).items()
+                      if src == chapter.page.src)
+    claimed = claim_count(chapter.page)
+    to_chapter = _relative(chapter.page.src, page_src)
+    overview = _relative(f"{APPENDIX}/index.md", page_src)
+    folders = ", ".join(f"`examples/{p}/`" for p in packages) or "none"
+    out = [
+        f"# A.{chapter.number} Chapter {chapter.number}: {chapter.title}", "",
+        f"What [Chapter {chapter.number}]({to_chapter}) claims, each claim checked against every run of every "
+        f"GPU of its topic, and every figure that the examples of its folder ({folders}) measured: "
+        f"{plural(claimed, 'claim')}, {plural(len(topics), 'topic')}. [The overview]({overview}) says how a "
+        f"figure is made, what each column means and what rerunning costs.", "",
+        FILTER_HTML, "",
+        "## Claims", "",
+    ]
+    if claimed:
+        out += ["Each claim as the chapter states it, its section, and the check the build makes: a claim holds "
+                "only if it holds in every run; one that a run of the book's own records contradicts fails the "
+                "build. A GPU you add with `RECORDS=DIR` is checked too.", "",
+                f'<div class="{CLAIMS_CLASS}" markdown="1">', "",
+                claims(store, [chapter.page], primary, page_src), "", "</div>", ""]
+    else:
+        out += ["This chapter states no claim.", ""]
+    out += ["## Records", ""]
+    if topics:
+        out += ["One section per topic, one tab per machine. Open \"figures\" under a machine for its full "
+                "table: the median across runs of each metric and, beside it, the run-to-run range, with ⚠ "
+                "where the runs differ by more than 15 %.", "",
+                summary(store, set(topics)), "",
+                records(store, pages, primary, link, chapter.page.src)]
+    else:
+        out += ["No record measures a topic of this chapter.", ""]
+    return "\n".join(out)
+
+
+def chapters_table(store: Store, pages: Sequence[Page], page_src: str) -> str:
+    """Appendix A's overview: one row per chapter, a link to its appendix page, with how many claims,
+    topics and figures (noisy ones) that page holds."""
+    where = topic_chapters(store, pages)
+    lines = ["| records and claims of | claims | topics | figures | noisy |", "|:--|--:|--:|--:|--:|"]
+    for chapter in chapters_of(pages):
+        topics = {t for t, src in where.items() if src == chapter.page.src}
+        figures = [f for g in store.groups if g.topic in topics for _, _, f in _figure_rows(g)]
+        name = f"A.{chapter.number} Chapter {chapter.number}: {chapter.title}"
+        lines.append(f"| [{render.cell(name)}]({_relative(chapter.appendix, page_src)}) | {claim_count(chapter.page)} "
+                     f"| {len(topics)} | {len(figures)} | {sum(f.across.noisy for f in figures)} |")
+    return "\n".join(lines)
+
+
+def elsewhere(store: Store, pages: Sequence[Page], primary: str | None, page_src: str) -> str:
+    """Appendix A's overview: the claims of pages that are no chapter, and the records of topics whose
+    package no chapter includes (a reader's own, say); nothing when every one has its chapter."""
+    numbered = {c.page.src for c in chapters_of(pages)}
+    others = [p for p in pages if p.src not in numbered and not p.src.startswith(f"{APPENDIX}/") and claim_count(p)]
+    section = records(store, pages, primary, relative_link(page_src), None)
+    if not others and not section:
+        return ""
+    out = ["## Records and claims of no chapter", ""]
+    if others:
+        out += [f'<div class="{CLAIMS_CLASS}" markdown="1">', "", claims(store, others, primary, page_src), "",
+                "</div>", ""]
+    if section:
+        out += [section, ""]
+    return "\n".join(out)
 
 
 # -- Appendix B ----------------------------------------------------------------------------
@@ -446,7 +625,7 @@ def relative_link(page_src: str) -> Callable[[Entry], str]:
     return lambda entry: posixpath.relpath(entry.site_uri, base)
 
 
-NAMES = ("machines", "measured", "seconds", "records", "claims", "glossary", "built")
+NAMES = ("machines", "measured", "seconds", "summary", "chapters", "chapter", "elsewhere", "glossary", "built")
 
 
 _COUNT_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 8: "eight"}
@@ -476,7 +655,7 @@ def measured(store: Store) -> str:
 
 def render_named(name: str, *, store: Store, primary: str | None, nav: list, docs_dir: Path,
                  glossary_path: Path, page_src: str) -> str:
-    """The Markdown of one ``<!-- lab:generated NAME -->`` marker."""
+    """The Markdown of one ``<!-- lab:generated NAME -->`` marker on the page ``page_src``."""
     if name == "machines":
         return machines(store, primary)
     if name == "measured":
@@ -485,13 +664,19 @@ def render_named(name: str, *, store: Store, primary: str | None, nav: list, doc
         from lab_site.page_dates import built_from
 
         return built_from(docs_dir.parent)
-    if name == "seconds":
-        return seconds(store, primary)
+    if name == "summary":
+        return summary(store)
     if name == "glossary":
         return glossary(glossary_path.read_text(encoding="utf-8"))
-    if name in ("records", "claims"):
+    if name in ("seconds", "chapters", "chapter", "elsewhere"):
         pages = nav_pages(nav, docs_dir)
-        if name == "claims":
-            return claims(store, pages, primary)
-        return records(store, pages, primary, relative_link(page_src))
+        if name == "seconds":
+            where = topic_chapters(store, pages)
+            return seconds(store, primary, lambda topic: (
+                f"{_relative(appendix_src(where[topic]), page_src)}#{anchor(topic)}" if where.get(topic) else None))
+        if name == "chapters":
+            return chapters_table(store, pages, page_src)
+        if name == "elsewhere":
+            return elsewhere(store, pages, primary, page_src)
+        return chapter_page(store, pages, primary, page_src)
     raise LabError(f"unknown generated section {name!r} (known: {', '.join(NAMES)})")
