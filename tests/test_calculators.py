@@ -37,6 +37,11 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"
                  "--disable-background-networking", "--disable-component-update"]
 PAGES = {"launch_budget": "cuda-graphs", "dispatch_budget": "dispatcher",
          "roofline": "stack", "ring_allreduce": "collectives", "speed_of_light": "capstone"}
+#: The calculators that mark their result on a plot of their page: (page, the plot's anchor=).
+#: dispatch_budget's page has no plot; speed_of_light's plots draw fractions of the speed of
+#: light per rung and rates per prompt length, not a model's tokens per second.
+MARKED = {"roofline": ("stack", "roofline"), "ring_allreduce": ("collectives", "allreduce-time"),
+          "launch_budget": ("cuda-graphs", "launch-cost")}
 
 
 def python_result(name: str, values: dict[str, str], tmp_path: Path) -> dict:
@@ -106,7 +111,9 @@ def start_values(html: str) -> dict[str, str]:
 def test_every_calculator_is_on_its_page():
     for name, page in PAGES.items():
         text = (REPO / "docs" / f"{page}.md").read_text(encoding="utf-8")
-        assert text.count(f"<!-- lab:calculator {name} -->") == 1, page
+        plot = f" plot={MARKED[name][1]}" if name in MARKED else ""
+        assert text.count(f"<!-- lab:calculator {name}{plot} -->") == 1, page
+        assert len(re.findall(rf"<!-- lab:calculator {name}\b", text)) == 1, page
     assert set(PAGES) == set(calculators.CALCULATORS)
 
 
@@ -424,3 +431,303 @@ def test_a_preset_fills_its_inputs_and_the_widget_agrees_with_python(pages, tmp_
     widget.locator(".lab-calc__reset").click()
     assert widget.locator('select[data-preset="Model"]').input_value() == "Llama 3 8B"
     assert not errors, errors
+
+
+# -- the live marker on a plot (plot=) ---------------------------------------------------------
+
+def test_plot_option_parses_and_names_an_anchor():
+    parse = lambda text: shortcodes.request(shortcodes.parse_text(text))  # noqa: E731
+    assert parse("<!-- lab:calculator roofline plot=roofline -->") == \
+        shortcodes.CalculatorRequest("roofline", None, "roofline")
+    assert parse("<!-- lab:calculator roofline machine=nvidia-h200 plot=a-b2 -->").plot == "a-b2"
+    assert parse('<!-- lab:plot t x=a y=b xlabel=x ylabel=y anchor=roofline -->').anchor == "roofline"
+    assert parse('<!-- lab:plot t x=a y=b xlabel=x ylabel=y -->').anchor is None
+    assert "anchor" not in parse('<!-- lab:plot t x=a y=b xlabel=x ylabel=y anchor=r -->').where
+    for bad in ("<!-- lab:calculator roofline plot=Roof_line -->", "<!-- lab:calculator roofline plot=-r -->",
+                '<!-- lab:plot t x=a y=b xlabel=x ylabel=y anchor="a b" -->'):
+        with pytest.raises(shortcodes.ShortcodeError, match="lowercase letters, digits and hyphens"):
+            parse(bad)
+
+
+def test_plot_option_is_checked_against_the_plots_of_the_page():
+    Info = calculators.PlotInfo
+    ring = shortcodes.CalculatorRequest("ring_allreduce", None, "allreduce-time")
+    good = {"allreduce-time": Info("line", "B", frozenset({"us"}))}
+    calculators.check_plot(ring, good)
+    calculators.check_plot(ring, {"allreduce-time": Info("line", "B", frozenset())})  # no tab drawn
+    calculators.check_plot(shortcodes.CalculatorRequest("ring_allreduce"), {})  # no plot=: nothing to check
+    cases = [
+        ({}, "plot=allreduce-time: no lab:plot on this page has anchor=allreduce-time (anchors on this page: none)"),
+        ({"roof": Info("line", None, frozenset({"TFLOP/s"}))}, "(anchors on this page: roof)"),
+        ({"allreduce-time": Info("bars", None, frozenset({"us"}))}, "a marker goes on a line plot, not on kind=bars"),
+        ({"allreduce-time": Info("line", None, frozenset({"us"}))}, "with x in B; the plot's x is in plain numbers"),
+        ({"allreduce-time": Info("line", "B", frozenset({"GB/s"}))}, "the plot's metric is in GB/s, not a s quantity"),
+        ({"allreduce-time": Info("line", "B", frozenset({"widgets"}))}, "the plot's metric is in widgets"),
+    ]
+    for plots, message in cases:
+        with pytest.raises(LabError, match=re.escape(message)) as caught:
+            calculators.check_plot(ring, plots)
+        assert "\n" not in str(caught.value)
+    with pytest.raises(LabError, match="calculator dispatch_budget has no marker to draw: it takes no plot="):
+        render_marked("dispatch_budget", "anything")
+
+
+def render_marked(name: str, plot: str) -> str:
+    loaded = load_store(RECORDS)
+    return calculators.render(shortcodes.CalculatorRequest(name, None, plot),
+                              lambda topic, slug: loaded.machine(topic, slug, PRIMARY),
+                              lambda group: "../" + group.site_uri)
+
+
+@pytest.mark.parametrize("name", sorted(MARKED))
+def test_a_marked_calculator_says_which_plot_and_its_unit(name):
+    from lab_site import plot as plot_mod
+
+    html = render_marked(name, MARKED[name][1])
+    head = re.match(r"<div [^>]*>", html).group(0)
+    assert f'data-plot="{MARKED[name][1]}"' in head
+    si = plot_mod.SI_UNITS[calculators.CALCULATORS[name].marker.y_unit][1]
+    assert float(re.search(r'data-marker-y-si="([^"]+)"', head).group(1)) == si
+    assert '<p class="lab-calc__marked" hidden></p>' in html
+    plain = render(name)
+    assert "data-plot" not in plain and "lab-calc__marked" not in plain
+
+
+def _mapper(attr: str):
+    """The data -> SVG map that data-lab-x / data-lab-y describe, worked out here (not the page's JS)."""
+    kind, lo, hi, start, end = attr.split()
+    lo, hi, start, end = map(float, (lo, hi, start, end))
+    f = math.log if kind == "log" else (lambda v: v)
+    return lambda v: start + (f(v) - f(lo)) / (f(hi) - f(lo)) * (end - start)
+
+
+@pytest.mark.parametrize(("logx", "logy"), [(True, True), (False, False), (True, False)])
+def test_a_line_plot_says_the_scale_it_was_drawn_with(logx, logy):
+    """Every point maps, through the <svg>'s data-lab-x/-y, to where matplotlib drew its marker."""
+    from lab_site import plot as plot_mod
+
+    series = [plot_mod.Series("a", (plot_mod.Point(0.5, 2.0), plot_mod.Point(10, 300.0), plot_mod.Point(3000, 50.0)),
+                              "a"),
+              plot_mod.Series("b", (plot_mod.Point(1, 1.0), plot_mod.Point(100, 700.0)), "b")]
+    svg = plot_mod.line_plot(series, xlabel="x", ylabel="y", logx=logx, logy=logy, uid="t", yunit="us", title="T")
+    head = re.match(r"<svg [^>]*>", svg).group(0)
+    x = _mapper(re.search(r'data-lab-x="([^"]+)"', head).group(1))
+    y = _mapper(re.search(r'data-lab-y="([^"]+)"', head).group(1))
+    assert re.search(r'data-lab-x="(\w+)', head).group(1) == ("log" if logx else "linear")
+    assert 'data-lab-y-si="1e-06" data-lab-y-base="s"' in head
+    drawn = re.findall(r'<g class="lab-plot__point"><title>[^<]*</title><use [^>]*? x="([-\d.]+)" y="([-\d.]+)"', svg)
+    points = [p for s in series for p in s.points]
+    assert len(drawn) == len(points)
+    for p, (sx, sy) in zip(points, drawn):
+        assert x(p.x) == pytest.approx(float(sx), abs=1e-3) and y(p.y) == pytest.approx(float(sy), abs=1e-3)
+    # The corners of the axes' frame are the ends of the two ranges.
+    frame = re.search(r'axes_1">\s*<g id="t-patch_2">\s*<path d="M ([\d.]+) ([\d.]+) \s*L ([\d.]+)', svg)
+    assert frame, "the axes' frame"
+    left, bottom, right = map(float, frame.groups())
+    assert (x(min(_limits(head, "x"))), y(min(_limits(head, "y"))), x(max(_limits(head, "x")))) == \
+        pytest.approx((left, bottom, right), abs=1e-3)
+    bars = plot_mod.bar_plot(series, xlabel="x", ylabel="y", uid="u")
+    assert "data-lab-x" not in bars, "bars have no marker scale"
+
+
+def _limits(head: str, axis: str) -> tuple[float, float]:
+    _, lo, hi, _, _ = re.search(rf'data-lab-{axis}="([^"]+)"', head).group(1).split()
+    return float(lo), float(hi)
+
+
+@pytest.fixture(scope="module")
+def book_hook():
+    """The records hook on the book's records, as MkDocs loads it."""
+    from mkdocs.config import load_config
+
+    config = load_config(str(REPO / "mkdocs.yml"))
+    module = config.hooks["overrides/hooks/records.py"]
+    module.on_config(config)
+    module.on_pre_build(config)
+    return module, config
+
+
+def _page(src: str):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(file=SimpleNamespace(src_uri=src), url=src.replace(".md", "/"))
+
+
+ROOF_PLOT = ('<!-- lab:plot stack.roofline x=intensity y=rate series=op lines=roof annotate=ridge {anchor}'
+             'xlabel="intensity" ylabel="rate" logx=true logy=true -->\n')
+
+
+def test_the_build_ties_a_calculator_to_its_plot_and_fails_on_an_unknown_anchor(book_hook):
+    from mkdocs.exceptions import PluginError
+
+    module, config = book_hook
+    run = lambda text, src: module.on_page_markdown(text, page=_page(src), config=config, files=None)  # noqa: E731
+    calc = "\n<!-- lab:calculator roofline plot=roofline -->\n"
+    # The plot before the calculator or after it.
+    for src, text in (("a.md", ROOF_PLOT.format(anchor="anchor=roofline ") + calc),
+                      ("b.md", calc + ROOF_PLOT.format(anchor="anchor=roofline "))):
+        out = run(text, src)
+        assert 'data-lab-calculator="roofline" data-label-key="bound" data-plot="roofline"' in out
+        figures = list(module.state.plots[src].values())
+        assert figures and all('data-lab-anchor="roofline"' in f for f in figures)
+        assert all(re.search(r'<svg class="lab-plot__svg" [^>]* data-lab-x="log [^"]+" data-lab-y="log [^"]+" '
+                             r'data-lab-y-si="1000000000000.0"', f)
+                   for f in figures)
+        assert all('class="lab-plot__csv"' in f and "<title>" in f for f in figures)
+    with pytest.raises(PluginError) as caught:
+        run(ROOF_PLOT.format(anchor="anchor=roofline ") + calc.replace("plot=roofline", "plot=rooflin"), "c.md")
+    message = str(caught.value)
+    assert message == ("c.md: <!-- lab:calculator roofline plot=rooflin -->: plot=rooflin: no lab:plot on this "
+                       "page has anchor=rooflin (anchors on this page: roofline)")
+    with pytest.raises(PluginError, match=r"d\.md: .*plot=roofline: no lab:plot on this page has anchor=roofline "
+                                          r"\(anchors on this page: none\)"):
+        run(ROOF_PLOT.format(anchor="") + calc, "d.md")
+    with pytest.raises(PluginError, match=r"anchor=roofline names another plot of this page already"):
+        run(ROOF_PLOT.format(anchor="anchor=roofline ") * 2, "e.md")
+    with pytest.raises(PluginError, match=r"with y in TFLOP/s; the plot's metric is in GB/s, not a FLOP/s quantity"):
+        run('<!-- lab:plot stack.roofline x=intensity y=bandwidth op=gemm xlabel=i ylabel=b logx=true '
+            'anchor=roofline -->\n' + calc, "f.md")
+
+
+# -- the marker in a browser -----------------------------------------------------------------
+
+MARK_JS = """([anchor, name]) => [...document.querySelectorAll(`figure[data-lab-anchor="${anchor}"]`)].map(f => {
+  const svg = f.querySelector("svg.lab-plot__svg")
+  const g = svg.querySelector(`g.lab-plot__marker[data-for="${name}"]`)
+  return {
+    x: svg.dataset.labX, y: svg.dataset.labY, si: svg.dataset.labYSi,
+    shown: !!g && g.getAttribute("display") !== "none",
+    cx: g && g.dataset.x, cy: g && g.dataset.y, off: g && g.dataset.off,
+    circle: g && g.querySelector("circle") ? [g.querySelector("circle").getAttribute("cx"),
+                                            g.querySelector("circle").getAttribute("cy")] : null,
+    arrow: !!(g && g.querySelector(".lab-plot__marker-arrow")),
+    roof: g && g.querySelector(".lab-plot__marker-roof") ? g.querySelector(".lab-plot__marker-roof").getAttribute("d") : null,
+    label: g && g.querySelector("text") ? g.querySelector("text").textContent : null,
+    titles: svg.querySelectorAll(".lab-plot__point > title").length,
+    csv: !!f.querySelector("a.lab-plot__csv[download]"),
+    pointer: g ? getComputedStyle(g).pointerEvents : null,
+  }
+})"""
+
+
+def _expected_mark(name: str, values: dict[str, float], result: dict) -> tuple[float, float, str]:
+    """The point a widget marks, from its Python example's result: (x, y in the marker's unit)."""
+    if name == "roofline":
+        return result["intensity"], result["attainable_tflops"], "TFLOP/s"
+    if name == "ring_allreduce":
+        return values["mbytes"] * 1e6, result["seconds"], "s"
+    return values["layers"] * values["kernels_per_layer"], values["launch_us"], "us"
+
+
+#: What a reader types into each marked widget: a point on the plot's axes.
+MARK_CASES = {
+    "roofline": {"flops": "3e10", "bytes": "1e9", "peak_tflops": "500", "bandwidth_gbs": "2000"},
+    "ring_allreduce": {"gpus": "4", "mbytes": "64", "bandwidth_gbs": "300", "latency_us": "20"},
+    "launch_budget": {"layers": "8", "kernels_per_layer": "4", "launch_us": "9.5"},
+}
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("name", sorted(MARKED))
+def test_typing_moves_the_marker_to_the_model_s_point_on_the_plot(name, pages, tmp_path):
+    from lab_site import plot as plot_mod
+
+    opened, errors = pages
+    page = opened[name]
+    anchor = MARKED[name][1]
+    starts = page.locator(f'[data-lab-calculator="{name}"]').evaluate(
+        "w => Object.fromEntries([...w.querySelectorAll('input[name]')].map(i => [i.name, i.dataset.default]))")
+    widget_result(page, name, {})  # the page's start values (an earlier test typed others)
+    before = page.evaluate(MARK_JS, [anchor, name])
+    assert before and all(m["shown"] and m["off"] == "false" for m in before), before
+    typed = MARK_CASES[name]
+    shown = widget_result(page, name, typed)
+    assert shown["state"] == "ok"
+    values = {**starts, **typed}
+    result = python_result(name, values, tmp_path)
+    x, y, unit = _expected_mark(name, {k: float(v) for k, v in values.items()}, result)
+    marks = page.evaluate(MARK_JS, [anchor, name])
+    assert len(marks) == len(before) >= 1, "a mark on every tab of the plot"
+    for m in marks:
+        assert m["shown"] and m["off"] == "false" and not m["arrow"], m
+        plotted_y = y * plot_mod.SI_UNITS[unit][1] / float(m["si"])
+        want = (_mapper(m["x"])(x), _mapper(m["y"])(plotted_y))
+        assert (float(m["cx"]), float(m["cy"])) == pytest.approx(want, abs=0.01), (m, want)
+        assert tuple(map(float, m["circle"])) == pytest.approx(want, abs=0.01)
+        assert m["label"].startswith("your input: ") and "NaN" not in m["label"]
+        assert m["pointer"] == "none" and m["csv"] and m["titles"] == before[marks.index(m)]["titles"] > 0
+        if name == "roofline":  # the roof of the inputs: up the memory roof to the ridge, then flat
+            corner = re.findall(r"[ML] ([-\d.]+) ([-\d.]+)", m["roof"])
+            ridge = 500e12 / 2000e9
+            assert len(corner) == 3
+            assert (float(corner[1][0]), float(corner[1][1])) == pytest.approx(
+                (_mapper(m["x"])(ridge), _mapper(m["y"])(500 * 1e12 / float(m["si"]))), abs=0.01)
+    note = page.locator(f'[data-lab-calculator="{name}"] .lab-calc__marked')
+    assert note.is_visible() and note.text_content().startswith("Marked on Figure ")
+    assert not errors, errors
+
+
+#: Inputs whose point lies off the plot's axes, and bad input: an arrow at the edge, or no mark; no error.
+OFF_CASES = {
+    "roofline": {"flops": "1e30", "bytes": "1"},
+    "ring_allreduce": {"gpus": "1"},  # one GPU: no time at all, below a log axis
+    "launch_budget": {"layers": "100000"},
+}
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("name", sorted(MARKED))
+def test_a_point_off_the_axes_is_drawn_at_the_edge_and_bad_input_hides_it(name, pages):
+    opened, errors = pages
+    page = opened[name]
+    anchor = MARKED[name][1]
+    widget_result(page, name, OFF_CASES[name])
+    for m in page.evaluate(MARK_JS, [anchor, name]):
+        assert m["shown"] and m["off"] == "true" and m["arrow"] and m["circle"] is None, m
+        assert "(off the plot)" in m["label"] and "NaN" not in m["label"]
+        lo_x, hi_x = sorted(map(float, m["x"].split()[3:]))
+        lo_y, hi_y = sorted(map(float, m["y"].split()[3:]))
+        assert lo_x - 0.01 <= float(m["cx"]) <= hi_x + 0.01 and lo_y - 0.01 <= float(m["cy"]) <= hi_y + 0.01
+    note = page.locator(f'[data-lab-calculator="{name}"] .lab-calc__marked')
+    assert note.text_content().startswith("Off the axes of Figure ")
+    shown = widget_result(page, name, {next(iter(OFF_CASES[name])): "abc"})
+    assert shown["state"] == "error"
+    assert all(not m["shown"] for m in page.evaluate(MARK_JS, [anchor, name]))
+    assert note.is_hidden()
+    assert widget_result(page, name, {})["state"] == "ok"
+    assert all(m["shown"] for m in page.evaluate(MARK_JS, [anchor, name]))
+    assert not errors, errors
+
+
+@pytest.mark.browser
+def test_the_marker_reads_on_a_phone_in_either_palette(pages):
+    """At 390 px wide, light and dark: the mark is drawn in the text colour, its label haloed in the
+    background's; nothing is fetched from outside the site."""
+    opened, errors = pages
+    browser = opened["roofline"].context.browser
+    origin = opened["roofline"].url.split("/stack/")[0]
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    try:
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        requests: list[str] = []
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(f"{origin}/stack/")
+        page.wait_for_selector('[data-lab-calculator="roofline"][data-state="ok"]', timeout=20_000)
+        page.locator('[data-lab-calculator="roofline"] input[name="bytes"]').fill("4e9")
+        for scheme in ("default", "slate"):
+            page.evaluate(f"document.body.setAttribute('data-md-color-scheme', '{scheme}')")
+            colours = page.evaluate("""() => {
+              const g = document.querySelector('figure[data-lab-anchor="roofline"] g.lab-plot__marker')
+              const text = getComputedStyle(g.querySelector('text'))
+              return { fill: text.fill, halo: text.stroke, fg: getComputedStyle(g).color,
+                       bg: getComputedStyle(document.body).backgroundColor,
+                       point: getComputedStyle(g.querySelector('circle')).stroke,
+                       page: getComputedStyle(document.querySelector('.md-typeset')).color }
+            }""")
+            assert colours["fill"] == colours["fg"] == colours["point"] == colours["page"], colours
+            assert colours["halo"] == colours["bg"] and colours["halo"] != colours["fill"], (scheme, colours)
+        assert page.locator('[data-lab-calculator="roofline"] .lab-calc__marked').is_visible()
+        assert not [u for u in requests if not u.startswith(origin)], "offline: no request leaves the site"
+        assert not errors, errors
+    finally:
+        page.close()

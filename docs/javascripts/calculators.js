@@ -16,6 +16,11 @@
 // numbers as a reader writes them (1,000; 2^37; 8192**3), lists of presets fill several at
 // once (a GPU's measured values, a model's shape, a precision), a reset button brings back
 // the measured start values, and the inputs a reader changed are kept in the page's address.
+//
+// A widget written with plot=ANCHOR (data-plot) marks its current result on every tab of the
+// plot of that anchor= on its page ("your input: ..."), through the scale the SVG was drawn
+// with (its data-lab-x and data-lab-y: log or linear, data limits, SVG coordinates); a value
+// off the axes is drawn at the edge with an arrow. MARKERS says what each calculator marks.
 (function () {
   "use strict"
 
@@ -77,6 +82,152 @@
         tokens_per_s: v.batch / ms_per_step * 1e3, bound: weight_gb >= kv_gb ? "weights" : "kv cache",
       }
     },
+  }
+
+  // What a widget marks on its plot: x and y in the units its Marker (calculators.py) names,
+  // the words beside the mark, and for a roofline the roof of the inputs (y as a function of x).
+  const MARKERS = {
+    launch_budget(v) {
+      const kernels = v.layers * v.kernels_per_layer
+      return { x: kernels, y: v.launch_us, text: `your input: ${format(kernels)} kernels × ${format(v.launch_us)} µs` }
+    },
+    roofline(v, r) {
+      return {
+        x: r.intensity, y: r.attainable_tflops,
+        text: `your input: ${format(r.intensity)} FLOP/B, ${format(r.attainable_tflops)} TFLOP/s`,
+        roof: x => Math.min(v.peak_tflops, x * v.bandwidth_gbs / 1e3), corner: r.ridge,
+      }
+    },
+    ring_allreduce(v, r) {
+      return { x: v.mbytes * 1e6, y: r.seconds, text: `your input: ${format(v.mbytes)} MB, ${format(r.seconds * 1e3)} ms` }
+    },
+  }
+
+  const SVG = "http://www.w3.org/2000/svg"
+  let clips = 0  // a page-wide count, for the ids of the markers' clip paths
+
+  // An axis as the SVG was drawn: "log 0.1 10000 49.45 457.8" (scale, data limits, SVG coordinates).
+  function axis(text) {
+    const [kind, ...numbers] = text.split(" ")
+    const [lo, hi, from, to] = numbers.map(Number)
+    const log = kind === "log"
+    const f = log ? Math.log : x => x
+    const raw = v => from + (f(v) - f(lo)) / (f(hi) - f(lo)) * (to - from)
+    return {
+      from, to, lo, hi, log, raw,
+      // The SVG coordinate of a value, clamped to the axis, and where it lies: -1 below, 1 above, 0 on it.
+      at(value) {
+        const place = log && !(value > 0) ? -1 : value < lo ? -1 : value > hi ? 1 : 0
+        return { at: raw(place < 0 ? lo : place > 0 ? hi : value), place }
+      },
+    }
+  }
+
+  function element(parent, name, attrs) {
+    const node = document.createElementNS(SVG, name)
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v))
+    parent.appendChild(node)
+    return node
+  }
+
+  // Draw one widget's mark on one plot's SVG (or clear it: mark null); true where it is on the axes.
+  function markPlot(svg, name, mark, scale) {
+    let group = svg.querySelector(`g.lab-plot__marker[data-for="${name}"]`)
+    if (!group) {
+      group = document.createElementNS(SVG, "g")
+      group.setAttribute("class", "lab-plot__marker")
+      group.setAttribute("data-for", name)
+      group.setAttribute("aria-hidden", "true")
+      group.dataset.clip = `lab-marker-clip-${++clips}`
+      svg.appendChild(group)
+    }
+    group.replaceChildren()
+    group.removeAttribute("data-x")
+    group.removeAttribute("data-y")
+    if (!mark || !svg.dataset.labX || !svg.dataset.labY || !svg.dataset.labYSi) {
+      group.setAttribute("display", "none")
+      return null
+    }
+    group.removeAttribute("display")
+    const x = axis(svg.dataset.labX)
+    const y = axis(svg.dataset.labY)
+    const k = scale / Number(svg.dataset.labYSi)  // the widget's y unit in the plot's
+    const left = Math.min(x.from, x.to), right = Math.max(x.from, x.to)
+    const top = Math.min(y.from, y.to), bottom = Math.max(y.from, y.to)
+    if (mark.roof) {  // two straight pieces (on log or linear axes): through the corner, clipped to the axes
+      const xs = [x.lo, ...(mark.corner > x.lo && mark.corner < x.hi ? [mark.corner] : []), x.hi]
+      const ys = xs.map(v => mark.roof(v) * k)
+      if (ys.every(v => Number.isFinite(v) && (!y.log || v > 0))) {
+        element(element(group, "clipPath", { id: group.dataset.clip }), "rect",
+          { x: left, y: top, width: right - left, height: bottom - top })
+        const d = xs.map((v, i) => `${i ? "L" : "M"} ${x.raw(v).toFixed(2)} ${y.raw(ys[i]).toFixed(2)}`).join(" ")
+        element(group, "path", { class: "lab-plot__marker-roof", d, "clip-path": `url(#${group.dataset.clip})` })
+      }
+    }
+    const px = x.at(mark.x), py = y.at(mark.y * k)
+    const off = px.place !== 0 || py.place !== 0
+    group.dataset.x = px.at.toFixed(3)
+    group.dataset.y = py.at.toFixed(3)
+    group.dataset.off = String(off)
+    element(group, "line", { class: "lab-plot__marker-guide", x1: px.at, y1: bottom, x2: px.at, y2: py.at })
+    element(group, "line", { class: "lab-plot__marker-guide", x1: left, y1: py.at, x2: px.at, y2: py.at })
+    if (off) {  // an arrow at the edge, pointing the way the value lies off the axes
+      const dx = Math.sign(x.to - x.from) * px.place, dy = Math.sign(y.to - y.from) * py.place
+      const len = Math.hypot(dx, dy), ux = dx / len, uy = dy / len, s = 7
+      const tip = [px.at + ux * s, py.at + uy * s]
+      const base = [px.at - ux * s * 0.4, py.at - uy * s * 0.4]
+      const wing = [-uy * s * 0.7, ux * s * 0.7]
+      element(group, "path", {
+        class: "lab-plot__marker-arrow",
+        d: `M ${tip.join(" ")} L ${base[0] + wing[0]} ${base[1] + wing[1]} L ${base[0] - wing[0]} ${base[1] - wing[1]} Z`,
+      })
+    } else {
+      element(group, "circle", { class: "lab-plot__marker-point", cx: px.at, cy: py.at, r: 4.5 })
+    }
+    const east = px.at < (left + right) / 2
+    const above = py.at - top > 16
+    const label = element(group, "text", {
+      class: "lab-plot__marker-label", x: px.at + (east ? 9 : -9), y: above ? py.at - 9 : py.at + 17,
+      "text-anchor": east ? "start" : "end",
+    })
+    label.textContent = off ? `${mark.text} (off the plot)` : mark.text
+    return !off
+  }
+
+  // Mark a widget's result (null: none, for bad input) on its plot, and say so under the widget.
+  function mark(widget, values, result) {
+    const anchor = widget.dataset.plot
+    const marker = MARKERS[widget.dataset.labCalculator]
+    if (!anchor || !marker) return
+    const note = widget.querySelector(".lab-calc__marked")
+    const figures = [...document.querySelectorAll(`figure[data-lab-anchor="${anchor}"]`)]
+    const m = result ? marker(values, result) : null
+    const scale = Number(widget.dataset.markerYSi)
+    let shown = null, onAxes = null
+    for (const figure of figures) {
+      const svg = figure.querySelector("svg.lab-plot__svg")
+      if (!svg) continue
+      const inside = markPlot(svg, widget.dataset.labCalculator, m, scale)
+      if (inside !== null && (shown === null || (!shown.offsetParent && figure.offsetParent))) {
+        shown = figure
+        onAxes = inside
+      }
+    }
+    if (!note) return
+    if (!m || !shown) {
+      note.hidden = true
+      note.textContent = ""
+      return
+    }
+    const number = shown.querySelector(".lab-plot__number")
+    const where = shown.compareDocumentPosition(widget) & Node.DOCUMENT_POSITION_FOLLOWING ? "above" : "below"
+    note.replaceChildren()
+    const link = document.createElement("a")
+    link.href = `#${shown.id}`
+    link.textContent = number ? number.textContent : "the plot"
+    note.append(onAxes ? "Marked on " : "Off the axes of ", link, ` ${where}`,
+      onAxes ? `: ${m.text}.` : `: drawn at its edge, with an arrow (${m.text}).`)
+    note.hidden = false
   }
 
   // A number as a reader writes it: 1000, 1,000, 1.5e9, 2^37, 8192**3, 4096*4096*2, (2^10)^3.
@@ -191,6 +342,7 @@
       }
     }
     widget.dataset.state = result ? "ok" : "error"
+    mark(widget, values, result)
     if (!result) {
       error.textContent = problems.join(" · ")
       error.hidden = false

@@ -8,13 +8,14 @@ roots of ``extra.lab.record_roots`` (and the folders named in the environment va
     <!-- lab:plot TOPIC x=KEY y=METRIC xlabel="words" ylabel="words" [series=KEY]
          [legend="value:Text,value:Text"] [logx=true] [logy=true] [title="..."] [key=value ...]
          [kind=bars] [xunit=B|%] [xtransform=1-x] [refline="VALUE:label"] [ymin=N] [ymax=N]
-         [lines=SERIES,...] [annotate=SERIES,...] [order="x|x|..."] -->
+         [lines=SERIES,...] [annotate=SERIES,...] [order="x|x|..."] [anchor=NAME] -->
     <!-- lab:plot TOPIC[,TOPIC] ... series=machine -->            (one plot, a series per GPU)
     <!-- lab:value TOPIC METRIC [machine=SLUG] [stat=median|iqr|q1|q3|n|sm_mhz|mem_mhz|power_w] [spread=range] [key=value ...] -->
     <!-- lab:claim TOPIC METRIC OP BOUND [key=value ...] -->     (OP: >= > <= <)
     <!-- lab:notes TOPIC [keys=a,b] -->                           (what an example observed)
     <!-- lab:timeline TOPIC note=KEY [title="..."] -->            (a profiler timeline in a note: timeline.py)
-    <!-- lab:calculator NAME [machine=SLUG] -->                   (a live model; lab_site/calculators.py)
+    <!-- lab:calculator NAME [machine=SLUG] [plot=NAME] -->       (a live model; lab_site/calculators.py;
+                                                                   plot= marks its result on the plot anchor=NAME)
     <!-- lab:generated NAME -->                                   (machines, seconds, records, claims, glossary: generated.py)
 
 A topic has many independent runs per kind of machine; a page shows one tab per group
@@ -98,6 +99,8 @@ class _State:
     figures: dict[str, int] = field(default_factory=dict)  # page -> plots and timelines numbered so far
     csv: dict[str, str] = field(default_factory=dict)  # site path -> a figure's points, written after the build
     stale_noted: set[tuple[str, str]] = field(default_factory=set)  # (page, record) logged once
+    anchors: dict[str, dict[str, calculators.PlotInfo]] = field(default_factory=dict)  # page -> anchor= -> plot
+    marked: dict[str, list[tuple[str, shortcodes.CalculatorRequest]]] = field(default_factory=dict)  # page -> plot=
 
 
 state = _State()
@@ -148,7 +151,9 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
             name, store=state.store, primary=state.primary, nav=config.nav or [],
             docs_dir=Path(config.docs_dir), glossary_path=state.config_dir / "snippets" / "glossary.md",
             page_src=src))
-        return shortcodes.expand(markdown, lambda req, code: _render(req, code, page))
+        markdown = shortcodes.expand(markdown, lambda req, code: _render(req, code, page))
+        _check_markers(page)
+        return markdown
     except LabError as exc:
         raise PluginError(f"{src}: {exc}") from None
 
@@ -231,13 +236,20 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
             number = _number(page)
             keys: set[str] = set()
             xs: set[str] = set()
+            units: set[str] = set()
+            anchors = state.anchors.setdefault(page.file.src_uri, {})
+            if req.anchor is not None and req.anchor in anchors:
+                raise LabError(f"anchor={req.anchor} names another plot of this page already")
             if req.per_machine:
-                out = _machine_plot(req, page, number, keys, xs)
+                out = _machine_plot(req, page, number, keys, xs, units)
             else:
                 groups = state.store.topic(req.topic, state.primary)
                 _note_stale(page, groups)
                 made: list[str] = []  # the figure ids of this plot's tabs so far
-                out = render.plot(req, groups, _link(page), lambda g: _plot(req, g, page, keys, xs, number, made))
+                out = render.plot(req, groups, _link(page),
+                                  lambda g: _plot(req, g, page, keys, xs, number, made, units))
+            if req.anchor is not None:
+                anchors[req.anchor] = calculators.PlotInfo(req.kind, req.xunit, frozenset(units))
             # A legend is checked against the series drawn, order= against the x values drawn; where
             # every group's stale runs lack the plot (tabs saying so), nothing was drawn to check them.
             unknown = sorted(set(req.legend) - keys) if keys else []
@@ -263,6 +275,8 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
             made = []
             return render.timeline(req, groups, _link(page), lambda g, t: _timeline(req, g, t, page, number, made))
         if isinstance(req, shortcodes.CalculatorRequest):
+            if req.plot is not None:  # checked once the whole page is expanded: the plot may come after
+                state.marked.setdefault(page.file.src_uri, []).append((code.text, req))
             return calculators.render(req, lambda topic, slug: _group(page, topic, slug), _html_link(page),
                                       gpus=_book_gpus())
         if isinstance(req, shortcodes.ValueRequest):
@@ -274,6 +288,16 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
         return _claim(req, code, page)
     except LabError as exc:
         raise LabError(f"{code.text}: {exc}") from None
+
+
+def _check_markers(page: Page) -> None:
+    """Every calculator's ``plot=`` names a plot of its page that draws what the calculator marks."""
+    plots = state.anchors.get(page.file.src_uri, {})
+    for text, req in state.marked.get(page.file.src_uri, []):
+        try:
+            calculators.check_plot(req, plots)
+        except LabError as exc:
+            raise LabError(f"{text}: {exc}") from None
 
 
 def _group(page: Page, topic: str, slug: str | None) -> store.Group:
@@ -313,7 +337,7 @@ def _number(page: Page) -> int:
 
 
 def _figure(page: Page, token: str, svg: str, *, number: int, made: list[str], group: store.Group | None,
-            caption: str, csv: str, points: int) -> None:
+            caption: str, csv: str, points: int, anchor: str | None = None) -> None:
     """Keep the ``<figure>`` of one tab (SVG, numbered caption, CSV link) under ``token``, and its CSV.
 
     The first tab drawn (``made`` is empty) is ``#figure-N``; another adds its machine.
@@ -325,7 +349,7 @@ def _figure(page: Page, token: str, svg: str, *, number: int, made: list[str], g
     state.csv[site_path] = csv
     state.plots[page.file.src_uri][token] = captions.figure_html(
         svg, fid=fid, number=number, caption=caption, machine=group.label if group else None, csv_href=href,
-        points=points)
+        points=points, anchor=anchor)
 
 
 def _draw(req: shortcodes.PlotRequest, series: list, unit: str, uid: str, description: str) -> str:
@@ -350,8 +374,9 @@ def _drawn_x(series: list) -> set[str]:
 
 
 def _plot(req: shortcodes.PlotRequest, group: store.Group, page: Page, keys: set[str], xs: set[str],
-          number: int, made: list[str]) -> tuple[str, list]:
+          number: int, made: list[str], units: set[str]) -> tuple[str, list]:
     series, unit, figures = series_of(req, group)
+    units.add(unit)
     keys.update(s.key for s in series if s.key is not None)
     xs.update(_drawn_x(series))
     token, digest = _placeholder(page)
@@ -360,11 +385,12 @@ def _plot(req: shortcodes.PlotRequest, group: store.Group, page: Page, keys: set
                 f"{req.title + ': ' if req.title else ''}{ylabel} against {req.xlabel} on {group.label}"
                 + (f", median of {plural(len(group.runs), 'run')} with their range" if len(group.runs) > 1 else ""))
     _figure(page, token, svg, number=number, made=made, group=group, caption=_caption(req, unit),
-            csv=csv_text(series, req, unit), points=sum(len(s.points) for s in series))
+            csv=csv_text(series, req, unit), points=sum(len(s.points) for s in series), anchor=req.anchor)
     return token, figures
 
 
-def _machine_plot(req: shortcodes.PlotRequest, page: Page, number: int, keys: set[str], xs: set[str]) -> str:
+def _machine_plot(req: shortcodes.PlotRequest, page: Page, number: int, keys: set[str], xs: set[str],
+                  units: set[str]) -> str:
     """``series=machine``: one figure, a series per GPU, over one topic or several; above it the
     provenance of every group drawn (named by its topic) and the stale warning of each stale one."""
     topics = []
@@ -383,12 +409,13 @@ def _machine_plot(req: shortcodes.PlotRequest, page: Page, number: int, keys: se
         return "\n\n".join(render.not_measured_tab(g, exc, _link(page)) for groups in topics for g in groups)
     keys.update(s.key for s in series if s.key is not None)
     xs.update(_drawn_x(series))
+    units.add(unit)
     token, digest = _placeholder(page)
     svg = _draw(req, series, unit, f"labplot-{digest}",
                 f"{req.title + ': ' if req.title else ''}{render.plot_axis_label(req.ylabel, unit)} by {req.xlabel} "
                 f"on {', '.join(s.label for s in series)}: the median of each GPU's runs, with their range")
     _figure(page, token, svg, number=number, made=[], group=None, caption=_caption(req, unit),
-            csv=csv_text(series, req, unit), points=sum(len(s.points) for s in series))
+            csv=csv_text(series, req, unit), points=sum(len(s.points) for s in series), anchor=req.anchor)
     link = _link(page)
     parts = []
     for group, figures in drawn:

@@ -13,6 +13,13 @@ record and its title gives the run-to-run range. Where every run of the machine 
 stale and lacks that figure, the input starts from the example's ``EXAMPLE_ARGV`` (or
 empty, for the reader to fill) and its link says "not yet measured by the current
 code"; a current machine lacking it is an error, as everywhere.
+
+``plot=ANCHOR`` ties the widget to a ``lab:plot`` of the same page named ``anchor=ANCHOR``
+that draws the same quantity: the browser marks the widget's current result on every tab
+of that plot ("your input: ..."), in the plot's own coordinates, as the reader types. The
+calculator's :class:`Marker` says what it draws, in which units; the build checks
+(:func:`check_plot`) that the anchor names a line plot on the page whose axes are in
+those quantities, and fails with one line where it does not.
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ from lab_site import LabError
 from lab_site.figures import SelectionError, metric, select
 from lab_site.provenance import NOT_MEASURED
 from lab_site.fmt import date_span, format_quantity, format_range, plural
+from lab_site import plot as plot_mod
 from lab_site.shortcodes import CalculatorRequest, Scalar
 from lab_site.store import Group
 
@@ -75,6 +83,29 @@ class Preset:
 
 
 @dataclass(frozen=True)
+class Marker:
+    """What a calculator marks on a plot of the same quantity; ``calculators.js`` (MARKERS) computes it.
+
+    ``x_unit``: the plot's ``xunit=`` its x axis must have (``None``: plain numbers, such as an
+    intensity or a count; ``"B"``: bytes). ``y_unit``: the unit of the y the browser computes
+    (``"s"``); the plot's metric must be of the same quantity (``us``), and is converted to.
+    """
+
+    x_unit: str | None
+    y_unit: str
+    what: str  # in words, for a message: "(intensity, attainable rate)"
+
+
+@dataclass(frozen=True)
+class PlotInfo:
+    """A named plot on a page, as the build drew it: what a calculator's ``plot=`` is checked against."""
+
+    kind: str  # "line" or "bars"
+    xunit: str | None
+    units: frozenset[str]  # its metric's unit in each tab drawn (none where no tab was drawn)
+
+
+@dataclass(frozen=True)
 class Calculator:
     name: str
     module: str
@@ -86,6 +117,8 @@ class Calculator:
     presets: tuple[Preset, ...] = ()
     #: A list of the book's GPUs, each filling the record-fed inputs from its own records.
     gpu_presets: bool = False
+    #: What ``plot=`` marks on a plot of the same quantity; None: it takes no ``plot=``.
+    marker: Marker | None = None
 
     def argv(self, values: dict[str, str]) -> list[str]:
         """The example's command line for the inputs ``values`` (as typed)."""
@@ -131,6 +164,8 @@ CALCULATORS: dict[str, Calculator] = {
             labels={"over budget": "Over budget: the launches alone take longer than a token may",
                     "within budget": "Within budget: the launches fit in a token's time"},
             gpu_presets=True,
+            # (kernels per token, launch cost): the budget's assumption against eager and graph launches.
+            marker=Marker(None, "us", "(kernels per token, cost of one launch)"),
         ),
         Calculator(
             "dispatch_budget", "examples.dispatch.budget", "CPU-dispatch budget",
@@ -174,6 +209,8 @@ CALCULATORS: dict[str, Calculator] = {
             labels={"memory": "Memory-bound: below the ridge, bandwidth sets the pace",
                     "compute": "Compute-bound: at or above the ridge, arithmetic sets the pace"},
             gpu_presets=True,
+            # (intensity, attainable rate), and the roof of the inputs' two roofs.
+            marker=Marker(None, "TFLOP/s", "(arithmetic intensity, attainable rate)"),
         ),
         Calculator(
             "ring_allreduce", "examples.collectives.ring_model", "Ring all-reduce",
@@ -196,6 +233,8 @@ CALCULATORS: dict[str, Calculator] = {
             labels={"latency": "Latency-bound: the per-step cost outweighs moving the bytes",
                     "bandwidth": "Bandwidth-bound: moving the bytes outweighs the per-step cost",
                     "none": "One GPU: nothing to exchange"},
+            # (message size per GPU, predicted time).
+            marker=Marker("B", "s", "(message size per GPU, predicted all-reduce time)"),
         ),
         Calculator(
             "speed_of_light", "examples.capstone.speed_of_light", "Speed of light of token generation",
@@ -348,8 +387,14 @@ def render(req: CalculatorRequest, group_of: Callable[[str, str | None], Group],
         raise LabError(f"unknown calculator {req.name!r} (known: {', '.join(sorted(CALCULATORS))})")
     defaults = argv_defaults(calc)
     esc = lambda s: html.escape(str(s), quote=True)  # noqa: E731
+    marker = ""
+    if req.plot is not None:
+        if calc.marker is None:
+            raise LabError(f"calculator {calc.name} has no marker to draw: it takes no plot=")
+        marker = (f' data-plot="{esc(req.plot)}" '
+                  f'data-marker-y-si="{plot_mod.SI_UNITS[calc.marker.y_unit][1]!r}"')
     parts = [f'<div class="lab-calc" data-lab-calculator="{esc(calc.name)}" '
-             f'data-label-key="{esc(calc.label_key)}">',
+             f'data-label-key="{esc(calc.label_key)}"{marker}>',
              f'<p class="lab-calc__title">Try it: {esc(calc.title)}</p>',
              '<form class="lab-calc__inputs" autocomplete="off">']
     starts: dict[str, str] = {}
@@ -394,7 +439,34 @@ def render(req: CalculatorRequest, group_of: Callable[[str, str | None], Group],
     parts.append('</dl>')
     labels = " ".join(f'data-label-{esc(k.replace(" ", "-"))}="{esc(v)}"' for k, v in calc.labels.items())
     parts.append(f'<p class="lab-calc__bound"><output data-key="{esc(calc.label_key)}" {labels}>—</output></p>')
+    if req.plot is not None:  # calculators.js says where the result is marked, or why it is not
+        parts.append('<p class="lab-calc__marked" hidden></p>')
     parts.append('<noscript><p>This calculator needs JavaScript; the example named on this page runs '
                  'the same model from the command line.</p></noscript>')
     parts.append('</div>')
     return "\n".join(parts)
+
+
+def check_plot(req: CalculatorRequest, plots: dict[str, PlotInfo]) -> None:
+    """A calculator's ``plot=`` names a line plot of its page (``plots``: anchor -> plot) that draws
+    the quantities it marks; otherwise a :class:`LabError` of one line."""
+    if req.plot is None:
+        return
+    calc = CALCULATORS[req.name]
+    if calc.marker is None:
+        raise LabError(f"calculator {calc.name} has no marker to draw: it takes no plot=")
+    info = plots.get(req.plot)
+    if info is None:
+        raise LabError(f"plot={req.plot}: no lab:plot on this page has anchor={req.plot} "
+                       f"(anchors on this page: {', '.join(sorted(plots)) or 'none'})")
+    if info.kind != "line":
+        raise LabError(f"plot={req.plot}: a marker goes on a line plot, not on kind={info.kind}")
+    m = calc.marker
+    if info.xunit != m.x_unit:
+        raise LabError(f"plot={req.plot}: {calc.name} marks {m.what}, with x in "
+                       f"{m.x_unit or 'plain numbers'}; the plot's x is in {info.xunit or 'plain numbers'}")
+    want = plot_mod.SI_UNITS[m.y_unit][0]
+    wrong = sorted(u for u in info.units if plot_mod.SI_UNITS.get(u, ("",))[0] != want)
+    if wrong:
+        raise LabError(f"plot={req.plot}: {calc.name} marks {m.what}, with y in {m.y_unit}; the plot's metric "
+                       f"is in {', '.join(w or 'no unit' for w in wrong)}, not a {want} quantity")

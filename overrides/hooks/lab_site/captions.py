@@ -6,6 +6,8 @@ link to (``#figure-2``; a further tab adds its machine, ``#figure-2-nvidia-h100-
 The caption holds the plot's title as text (it wraps with the column instead of
 shrinking with the SVG), says which machine, and links the points drawn as a CSV file
 that the build writes beside the page (:func:`csv_path`): same origin, no script.
+A plot named with ``anchor=NAME`` has every tab's ``<figure>`` say so (``data-lab-anchor``):
+a calculator's ``plot=NAME`` marks its result there.
 """
 from __future__ import annotations
 
@@ -34,12 +36,13 @@ def csv_path(page_src: str, page_url: str, fid: str) -> tuple[str, str]:
 
 
 def figure_html(svg: str, *, fid: str, number: int, caption: str, machine: str | None, csv_href: str,
-                points: int) -> str:
+                points: int, anchor: str | None = None) -> str:
     """The ``<figure>`` of one plot: the SVG, then "Figure N. caption (machine) · data: CSV, N points"."""
     where = f" ({html.escape(machine, quote=False)})" if machine else ""
     # The SVG's words (ticks, hover titles: ~900 in a timeline) stay out of the search index
     # (Material's data-search-exclude); the caption is what a search should find.
-    return (f'<figure class="lab-plot" id="{fid}"><div class="lab-plot__scroll" data-search-exclude>{svg}</div>'
+    named = f' data-lab-anchor="{html.escape(anchor, quote=True)}"' if anchor else ""
+    return (f'<figure class="lab-plot" id="{fid}"{named}><div class="lab-plot__scroll" data-search-exclude>{svg}</div>'
             f'<figcaption class="lab-plot__caption"><a class="lab-plot__number" href="#{fid}">Figure {number}</a>. '
             f"{html.escape(caption, quote=False)}{where} · "
             f'<a class="lab-plot__csv" href="{html.escape(csv_href)}" download>data (CSV, '

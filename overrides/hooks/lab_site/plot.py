@@ -17,6 +17,12 @@ A bar plot (:func:`bar_plot`) draws categories as horizontal bars, one per serie
 each category, so long category names read at the column's width; a reference line
 (``refline``) marks a value of the metric such as a roof at 1.0 or a break-even at 1.
 
+A line plot's ``<svg>`` says how it maps data to its own coordinates (:func:`scale_attributes`):
+``data-lab-x`` and ``data-lab-y`` hold the axis' scale (``log`` or ``linear``), its data
+limits and the SVG coordinates they fall at, and ``data-lab-y-si`` what one unit of its
+metric is in SI units (``1e-06`` for µs), so that a calculator's live marker
+(``docs/javascripts/calculators.js``) lands where a point of the same value is drawn.
+
 A profiler timeline (:func:`timeline_plot`) is drawn the same way: one subplot per
 panel on one shared time scale, one row of bars per lane, one colour per lane.
 """
@@ -62,6 +68,16 @@ _HOVER_ID = "labhover{}"
 _GROUP_ID = "labgroup{}"
 #: A bar plot: inches per bar and between categories, and around the axes.
 BAR_IN, CATEGORY_GAP_IN, BAR_FRAME_IN = 0.14, 0.12, 1.1
+#: A metric's unit -> (its SI unit, what one of it is in that unit): how a calculator's result
+#: in one unit lands on a plot of the same quantity in another (``s`` on an axis in µs).
+SI_UNITS: dict[str, tuple[str, float]] = {
+    "s": ("s", 1.0), "ms": ("s", 1e-3), "us": ("s", 1e-6), "µs": ("s", 1e-6), "ns": ("s", 1e-9),
+    "FLOP/s": ("FLOP/s", 1.0), "GFLOP/s": ("FLOP/s", 1e9), "TFLOP/s": ("FLOP/s", 1e12),
+    "B/s": ("B/s", 1.0), "GB/s": ("B/s", 1e9), "TB/s": ("B/s", 1e12),
+    "B": ("B", 1.0), "KB": ("B", 1e3), "MB": ("B", 1e6), "GB": ("B", 1e9),
+    "KiB": ("B", 2.0**10), "MiB": ("B", 2.0**20), "GiB": ("B", 2.0**30),
+    "FLOP/B": ("FLOP/B", 1.0), "tokens/s": ("tokens/s", 1.0),
+}
 
 
 @dataclass(frozen=True)
@@ -296,9 +312,39 @@ def line_plot(
                 ax.legend()
             buffer = io.StringIO()
             fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
+            scales = scale_attributes(fig, ax, yunit) if numeric else ""
         finally:
             plt.close(fig)
-    return _clean(_title_elements(buffer.getvalue(), hovers), uid, description or title or f"{ylabel} against {xlabel}")
+    svg = _clean(_title_elements(buffer.getvalue(), hovers), uid, description or title or f"{ylabel} against {xlabel}")
+    head = svg.index(">", svg.index("<svg"))  # after the attributes _clean gave it
+    return svg[:head] + scales + svg[head:]
+
+
+def _axis_text(value: float) -> str:
+    return repr(float(value))
+
+
+def scale_attributes(fig, ax, yunit: str) -> str:
+    """The attributes that map a line plot's data to its SVG coordinates, as drawn (after the layout).
+
+    ``data-lab-x="log 0.1 10000 49.45 457.8"``: the x axis is logarithmic, from 0.1 at SVG x
+    49.45 to 10000 at SVG x 457.8 (in the viewBox, which is the figure in points); ``data-lab-y``
+    the same for y (its first coordinate at the bottom, so the larger); ``data-lab-y-si`` the SI
+    value of one unit of the metric, where :data:`SI_UNITS` knows it.
+    """
+    width, height = fig.get_size_inches() * 72  # an SVG's user unit is the point
+    box = ax.get_position()  # in figure fractions, as the layout left it when the SVG was drawn
+    out = []
+    for name, scale, (lo, hi), (start, end) in (
+            ("x", ax.get_xscale(), ax.get_xlim(), (box.x0 * width, box.x1 * width)),
+            ("y", ax.get_yscale(), ax.get_ylim(), ((1 - box.y0) * height, (1 - box.y1) * height))):
+        if scale not in ("log", "linear"):
+            raise LabError(f"a {scale} {name} axis has no marker scale")
+        out.append(f' data-lab-{name}="{scale} {_axis_text(lo)} {_axis_text(hi)} {start:.6f} {end:.6f}"')
+    si = SI_UNITS.get(yunit)
+    if si is not None:
+        out.append(f' data-lab-y-si="{si[1]!r}" data-lab-y-base="{html.escape(si[0], quote=True)}"')
+    return "".join(out)
 
 
 def bar_plot(

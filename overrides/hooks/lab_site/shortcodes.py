@@ -39,6 +39,8 @@ X_UNITS = ("B", "%")
 X_TRANSFORMS = ("1-x",)
 #: ``series=machine``: a plot with one series per GPU rather than one tab per GPU.
 MACHINE = "machine"
+#: A plot's ``anchor=`` name, which a calculator's ``plot=`` names (lowercase words and hyphens).
+ANCHOR = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 
 
 class ShortcodeError(LabError):
@@ -133,6 +135,8 @@ class PlotRequest:
     order: tuple[str, ...] | None = None  # the x values drawn, in this order (others left out)
     #: More topics whose rows join the first's: an x value comes from the first topic that has it.
     more_topics: tuple[str, ...] = ()
+    #: A name for this plot on its page, which a calculator's ``plot=`` names to mark its result on it.
+    anchor: str | None = None
 
     @property
     def topics(self) -> tuple[str, ...]:
@@ -190,6 +194,8 @@ class TimelineRequest:
 class CalculatorRequest:
     name: str
     machine: str | None = None
+    #: The ``anchor=`` of a lab:plot on the same page, on which the widget marks its current result.
+    plot: str | None = None
 
 
 @dataclass(frozen=True)
@@ -332,7 +338,8 @@ def _plot(code: Shortcode) -> PlotRequest:
     if not all(topics) or len(set(topics)) != len(topics):
         raise ShortcodeError(f"topics {topic_text!r}: write TOPIC or TOPIC,TOPIC with each topic once")
     own, where = _split(code, ("x", "y", "xlabel", "ylabel", "series", "logx", "logy", "title", "legend", "kind",
-                               "xunit", "xtransform", "refline", "ymin", "ymax", "lines", "annotate", "order"))
+                               "xunit", "xtransform", "refline", "ymin", "ymax", "lines", "annotate", "order",
+                               "anchor"))
     request = PlotRequest(
         topics[0],
         x=_text(code, own, "x", required=True),
@@ -355,6 +362,7 @@ def _plot(code: Shortcode) -> PlotRequest:
         annotate=_names(code, own, "annotate") or (),
         order=_order(code, own),
         more_topics=topics[1:],
+        anchor=_anchor(code, own, "anchor"),
     )
     if request.legend and request.series is None:
         raise ShortcodeError("legend= renames series: name series= too")
@@ -402,12 +410,20 @@ def _claim(code: Shortcode) -> ClaimRequest:
     return ClaimRequest(topic, metric, op, float(bound), where, _text(code, own, "machine", required=False))
 
 
+def _anchor(code: Shortcode, own: dict[str, Scalar], key: str) -> str | None:
+    """A plot's name on its page (``anchor=roofline``, ``plot=roofline``): lowercase words and hyphens."""
+    value = _text(code, own, key, required=False)
+    if value is not None and not ANCHOR.fullmatch(value):
+        raise ShortcodeError(f"{key}={value!r} is not a name of lowercase letters, digits and hyphens")
+    return value
+
+
 def _calculator(code: Shortcode) -> CalculatorRequest:
     (name,) = _positional(code, ("name",))
-    own, rest = _split(code, ("machine",))
+    own, rest = _split(code, ("machine", "plot"))
     if rest:
-        raise ShortcodeError(f"lab:calculator takes only machine=, not {', '.join(rest)}")
-    return CalculatorRequest(name, _text(code, own, "machine", required=False))
+        raise ShortcodeError(f"lab:calculator takes only machine= and plot=, not {', '.join(rest)}")
+    return CalculatorRequest(name, _text(code, own, "machine", required=False), _anchor(code, own, "plot"))
 
 
 def _generated(code: Shortcode) -> GeneratedRequest:
