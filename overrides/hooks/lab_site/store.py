@@ -148,13 +148,14 @@ class Store:
         return {p: msg for p, msg in self.broken.items() if self.broken_topics.get(p) == topic}
 
     def topic(self, topic: str, primary: str | None = None) -> list[Group]:
-        """The groups of ``topic``: GPUs first (the primary machine first of all), then CPUs."""
+        """The groups of ``topic``: GPUs first (the primary machine first of all, its multi-GPU
+        groups too: ``nvidia-h200-x2`` is the primary's), then CPUs."""
         broken = self.broken_for(topic)
         if broken:
             path, message = next(iter(broken.items()))
             raise LabError(f"record {path} of topic {topic} is malformed: {message}")
         found = [g for g in self.groups if g.topic == topic]
-        return sorted(found, key=lambda g: (not g.is_gpu, g.slug != primary, g.root.index, g.label))
+        return sorted(found, key=lambda g: (not g.is_gpu, g.runs[-1].slug != primary, g.root.index, g.label))
 
     def gpu(self, topic: str, primary: str | None = None) -> list[Group]:
         return [g for g in self.topic(topic, primary) if g.is_gpu]
