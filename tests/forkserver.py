@@ -29,12 +29,12 @@ import os
 import sys
 from pathlib import Path
 
-#: What the server imports before it forks: torch, and what most commands import next. Dynamo
-#: (which imports Triton) and pydantic (the records) cost a child 1 to 3 s more each time.
-PRELOAD = ("torch", "numpy", "torch._dynamo", "torch._inductor.config", "pydantic.main", "tqdm")
+#: What the server imports before it forks: torch, and what most commands import next (pydantic:
+#: the records). Not Dynamo: it imports Triton, which fixes at import whether it interprets
+#: (TRITON_INTERPRET), and an example may set that itself before it imports Triton.
+PRELOAD = ("torch", "numpy", "pydantic.main", "tqdm")
 #: Variables a command may set differently from the server's environment: none of them is read
-#: while PRELOAD is imported (Triton reads TRITON_INTERPRET when @triton.jit decorates a kernel,
-#: Inductor when it compiles: in the child).
+#: while PRELOAD is imported (Triton reads TRITON_INTERPRET when it is imported, by the child).
 ENV_FREE = ("TRITON_INTERPRET",)
 ENV_FREE_PREFIXES = ("PYTEST_", "LAB_")
 OFF = "LAB_TESTS_FORKSERVER"  # =0: every command in a fresh interpreter
