@@ -2,8 +2,8 @@
 #
 #   make serve   build and serve the site at http://127.0.0.1:8000
 #                (RECORDS=DIR adds your records, from `python -m examples.lab run --out DIR`)
-#   make test    the same set-up, plus Debian's Chromium; build the site; run every test
-#                (on PYTEST_WORKERS=2 processes, reading that build)
+#   make test    the same set-up, plus Debian's Chromium; build the site and run every test
+#                (on PYTEST_WORKERS=2 processes, reading that build as it is done)
 #
 # Set-up is idempotent: stamp files under .venv/ and node_modules/ record what is
 # done, and are redone only when pyproject.toml or package-lock.json change.
@@ -35,7 +35,9 @@ help:
 	@echo "make build   build the site into $(SITE_DIR)/ (strict)"
 	@echo "make clean   remove the built site; make distclean also .venv/ and node_modules/"
 
-setup: $(VENV)/.stamp-project node_modules/.stamp-npm
+# npm's download runs beside pip's (each mostly waits on the network): about 16 s less.
+setup:
+	@$(MAKE) --no-print-directory -j2 $(VENV)/.stamp-project node_modules/.stamp-npm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -76,16 +78,29 @@ build: setup
 
 # The suite (tests/) runs on PYTEST_WORKERS processes (pytest-xdist); --dist loadgroup keeps
 # the tests that share a costly fixture on one of them (tests/conftest.py). The pages' and
-# docstrings' examples (Sybil; docs/, examples/) then run in one process, in order: the
-# examples of a page share a namespace, which two workers would split (about 15 s). The
-# tests read the site that `build` has just made (LAB_BUILT_SITE) instead of building it
-# again; a build with your RECORDS is not the book's, so then they build their own.
-# Exit status: the first failure's; 5 (no tests) only if neither run collected any.
+# docstrings' examples (Sybil; docs/, examples/) run in one process, in order: the examples
+# of a page share a namespace, which two workers would split. The strict build of the site
+# (as `make build`) and the pages' examples run beside the suite: each is one process, and
+# alone each left a core idle (about 40 s in all). The tests read the site that build makes
+# (LAB_BUILT_SITE), waiting for it (LAB_BUILT_SITE_STATUS) only where they need it; a build
+# with your RECORDS is not the book's, so then they build their own. The build's and the
+# pages' output is shown after the suite's (the pages' run keeps no .pytest_cache: the
+# suite's is the suite's alone). Exit status: 1 if the build failed, else the first
+# failure's; 5 (no tests) only if neither pytest run collected any.
 PYTEST_WORKERS ?= 2
-test: setup $(CHROMIUM) build
-	@suite=0; pages=0; $(if $(strip $(RECORDS)),,LAB_BUILT_SITE="$(abspath $(SITE_DIR))") \
+test: setup $(CHROMIUM)
+	@scratch=$$(mktemp -d); trap 'rm -rf "$$scratch"' EXIT; \
+	( rc=0; $(LAB_ENV) $(BIN)/mkdocs build --strict -d $(SITE_DIR) >"$$scratch/build.log" 2>&1 || rc=$$?; \
+	  echo "exit $$rc" >"$$scratch/build.part" && mv "$$scratch/build.part" "$$scratch/build.status" ) & build=$$!; \
+	( rc=0; $(BIN)/python -m pytest -p no:xdist -p no:cacheprovider $(PYTEST_ARGS) docs examples >"$$scratch/pages.log" 2>&1 || rc=$$?; \
+	  echo $$rc >"$$scratch/pages.status" ) & pages_run=$$!; \
+	suite=0; $(if $(strip $(RECORDS)),,LAB_BUILT_SITE="$(abspath $(SITE_DIR))" LAB_BUILT_SITE_STATUS="$$scratch/build.status") \
 	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) tests || suite=$$?; \
-	$(BIN)/python -m pytest -p no:xdist $(PYTEST_ARGS) docs examples || pages=$$?; \
+	wait $$build; echo "== mkdocs build --strict -d $(SITE_DIR) (ran beside the tests)"; cat "$$scratch/build.log"; \
+	wait $$pages_run; echo "== pytest docs examples (ran beside the tests)"; cat "$$scratch/pages.log"; \
+	pages=$$(cat "$$scratch/pages.status"); \
+	if [ "$$(cat "$$scratch/build.status")" != "exit 0" ]; then \
+	  echo "error: mkdocs build --strict failed ($$(cat "$$scratch/build.status"))" >&2; exit 1; fi; \
 	if [ $$suite -eq 5 ] && [ $$pages -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 5; fi; \
 	for s in $$suite $$pages; do if [ $$s -ne 0 ] && [ $$s -ne 5 ]; then exit $$s; fi; done
 

@@ -110,22 +110,40 @@ def cli() -> type[Cli]:
     return Cli
 
 
-#: Set by ``make test`` to the folder its ``build`` step has just built, strictly, from
-#: this tree: the tests read that build instead of building the book a second time.
+#: Set by ``make test`` to the folder its strict build of this tree writes: the tests read that
+#: build instead of building the book a second time.
 BUILT_SITE_ENV = "LAB_BUILT_SITE"
+#: Set by ``make test``, whose build runs beside the tests: a file that appears when the build
+#: is done, holding ``exit STATUS`` (a test waits for it only where it reads the site).
+BUILT_SITE_STATUS_ENV = "LAB_BUILT_SITE_STATUS"
+BUILD_WAIT_S = 900
 
 
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory) -> Path:
     """The book, built once per session with ``--strict``, for every test that reads it.
 
-    Under ``make test`` it is the site that ``make build`` has just built (``$LAB_BUILT_SITE``);
-    run alone, pytest builds it here, once for all its xdist workers: the first to need it
-    builds it under a lock, the others wait for it and read the same folder.
+    Under ``make test`` it is the site that its strict build writes (``$LAB_BUILT_SITE``), once
+    that build is done (``$LAB_BUILT_SITE_STATUS``); run alone, pytest builds it here, once for
+    all its xdist workers: the first to need it builds it under a lock, the others wait for it
+    and read the same folder.
     """
     given = os.environ.get(BUILT_SITE_ENV)
     if given:
         site = Path(given)
+        status_file = os.environ.get(BUILT_SITE_STATUS_ENV)
+        if status_file:
+            import time
+
+            deadline = time.monotonic() + BUILD_WAIT_S
+            while not os.path.exists(status_file):
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the site build did not finish within {BUILD_WAIT_S} s", pytrace=False)
+                time.sleep(0.5)
+            status = Path(status_file).read_text(encoding="utf-8").strip()
+            if status != "exit 0":
+                pytest.fail(f"mkdocs build --strict -d {given} failed ({status}): its output follows the tests'",
+                            pytrace=False)
         assert (site / "index.html").is_file(), f"${BUILT_SITE_ENV}={given} holds no built site"
         return site
     import fcntl

@@ -8,10 +8,10 @@ as before: it sets up what a fresh ``python -X faulthandler -m MODULE`` would ha
 environment, the working directory, ``sys.argv``, ``sys.path[0]``, a new ``__main__``, stdin from
 ``/dev/null``, stdout and stderr to files; the RNGs that fork would share, reseeded) and runs the
 module through ``runpy`` as ``-m`` does; its exit status, its output and its interpreter's shutdown
-are its own. Only torch and numpy (and what they import) are already imported; the examples'
-modules are imported by the child. A command that would not import torch (read from its source
-and the examples' modules it imports) runs in a fresh interpreter: that is quicker than a child
-whose exit tears down the torch it never used.
+are its own. Only the third-party modules of ``PRELOAD`` (and what they import) are already
+imported; the examples' modules are imported by the child. A command that would not import torch
+(read from its source and the examples' modules it imports) runs in a fresh interpreter: that is
+quicker than a child whose exit tears down the torch it never used.
 
 A command whose environment differs from the server's in anything but ``ENV_FREE`` (say a
 ``PYTHONPATH``, which changes what is imported) runs in a fresh interpreter, as does every command
@@ -29,8 +29,12 @@ import os
 import sys
 from pathlib import Path
 
+#: What the server imports before it forks: torch, and what most commands import next (pydantic:
+#: the records). Not Dynamo: it imports Triton, which fixes at import whether it interprets
+#: (TRITON_INTERPRET), and an example may set that itself before it imports Triton.
+PRELOAD = ("torch", "numpy", "pydantic.main", "tqdm")
 #: Variables a command may set differently from the server's environment: none of them is read
-#: while torch is imported (Triton reads TRITON_INTERPRET when it is imported, by the child).
+#: while PRELOAD is imported (Triton reads TRITON_INTERPRET when it is imported, by the child).
 ENV_FREE = ("TRITON_INTERPRET",)
 ENV_FREE_PREFIXES = ("PYTEST_", "LAB_")
 OFF = "LAB_TESTS_FORKSERVER"  # =0: every command in a fresh interpreter
@@ -209,8 +213,10 @@ class ForkServer:
 # -- the server: run as a script ---------------------------------------------------------------
 def _serve(request_fd: int, answer_fd: int) -> dict:
     """Answers requests until the client closes its pipe; returns only in a forked child, with its request."""
-    import torch  # noqa: F401 - what the commands would import first
-    import numpy  # noqa: F401
+    import importlib
+
+    for name in PRELOAD:  # what the commands would import first
+        importlib.import_module(name)
 
     requests = os.fdopen(request_fd, "r", encoding="utf-8")
     answers = os.fdopen(answer_fd, "w", encoding="utf-8")

@@ -18,8 +18,6 @@ import html
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import NamedTuple
 
@@ -60,14 +58,11 @@ class Readers(NamedTuple):
 
 
 @pytest.fixture(scope="module")
-def readers(tmp_path_factory) -> Readers:
+def readers(tmp_path_factory, cli) -> Readers:
     base = tmp_path_factory.mktemp("readers")
     cpu = base / "my-run"
-    run = subprocess.run(
-        [sys.executable, "-m", "examples.lab", "run", "--quick", "--device", "cpu", TOPIC, "--out", str(cpu)],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
+    run = cli.run("-m", "examples.lab", "run", "--quick", "--device", "cpu", TOPIC, "--out", cpu, timeout=300)
+    assert run.returncode == 0, cli.explain(run)
     breaking = base / "their-run"
     _breaking_run(breaking)
     one_gpu = base / "my-h100"

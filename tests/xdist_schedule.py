@@ -16,7 +16,7 @@ worker but the node ids, and needs no suffix. Its work units are:
   page share one namespace);
 * a group named by an ``@group`` suffix, should xdist write one again (as ``loadgroup`` does).
 
-Units start longest first, by ``FIRST`` (measured on two cores); then the other modules, in
+Units start longest first, by ``FIRST`` (measured on two cores; see there); then the other modules, in
 collection order; then the tests of ``SPREAD``, the finest units, which even out the end.
 """
 from __future__ import annotations
@@ -28,14 +28,16 @@ from xdist.scheduler import LoadScopeScheduling
 SPREAD = ("tests/test_examples.py", "tests/test_collectives.py")
 
 #: The longest work units, longest first: a node id or a module, a prefix of the unit's first test.
-#: A unit missing here only starts later; a name here that no longer exists changes nothing.
+#: A unit missing here only starts later; a name here that no longer exists changes nothing. Under
+#: ``make test`` the book's build runs beside the first minute or two of the suite, so the first
+#: units need no built site until late (reader records, notebooks) or at all (capstone).
 FIRST = (
+    "tests/test_reader_records.py",             # a strict build with readers' records; the book's at the end
+    "tests/test_notebooks.py",                  # every notebook in a Jupyter kernel; the site at the end
+    "tests/test_capstone.py",                   # the fused kernels in Triton's interpreter
     "tests/test_browser.py",                    # Chromium, every page in two palettes
     "tests/test_calculators.py",                # Chromium on five pages, and each widget's Python twin
     "tests/test_build.py",                      # a strict build that must fail
-    "tests/test_reader_records.py",             # a strict build with readers' records
-    "tests/test_capstone.py",                   # the fused kernels in Triton's interpreter
-    "tests/test_notebooks.py",                  # every notebook in a Jupyter kernel
     "tests/test_examples.py::test_runs_on_cpu[collectives.ring_allreduce]",
     "tests/test_lab.py",
     "tests/test_ddp_probe.py",

@@ -149,7 +149,8 @@ class Store:
         return {p: msg for p, msg in self.broken.items() if self.broken_topics.get(p) == topic}
 
     def topic(self, topic: str, primary: str | None = None) -> list[Group]:
-        """The groups of ``topic``: GPUs first (the primary machine first of all), then CPUs."""
+        """The groups of ``topic``: GPUs first (the primary machine first of all, its multi-GPU
+        groups too: ``nvidia-h200-x2`` is the primary's), then CPUs."""
         broken = self.broken_for(topic)
         if broken:
             path, message = next(iter(broken.items()))
