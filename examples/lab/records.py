@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Literal, Union
+from typing import Literal, NamedTuple, Union
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator, model_validator
 
@@ -252,3 +252,33 @@ def write_record(root: Path, record: Record) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dump_record(record), encoding="utf-8")
     return path
+
+
+#: The book's committed records (``docs/records/<machine>/<topic>/<run>.json``).
+BOOK_RECORDS = Path(__file__).resolve().parents[2] / "docs" / "records"
+
+
+class RunFigure(NamedTuple):
+    """One committed run's median of a metric: the pages' doctests check bounds over these."""
+
+    machine: str  # the records folder's slug: the GPU kind
+    gpus: int
+    run: str
+    median: float
+
+
+def book_figures(topic: str, metric: str, machine: str | None = None, *, root: Path = BOOK_RECORDS,
+                 **case) -> list[RunFigure]:
+    """``metric``'s median in every committed run of ``topic`` (on ``machine`` only, if given),
+    from the rows whose case has every ``key=value`` of ``case``; in file order."""
+    return [RunFigure(path.parts[-3], record.machine.gpu_count, path.stem, row.metrics[metric].median)
+            for path in sorted(root.glob(f"{machine or '*'}/{topic}/*.json"))
+            for record in [load_record(path)]
+            for row in record.results
+            if metric in row.metrics and all(row.case.get(k) == v for k, v in case.items())]
+
+
+def book_medians(topic: str, metric: str, machine: str | None = None, **case) -> list[float]:
+    """The medians of :func:`book_figures`: one figure per committed run."""
+    return [figure.median for figure in book_figures(topic, metric, machine, **case)]
+

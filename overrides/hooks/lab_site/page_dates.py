@@ -67,14 +67,10 @@ def with_measured_on(markdown: str, store: Store, primary: str | None = None) ->
 def built_from(repo) -> str:
     """Which commit of the book the site was built from: ``commit 1a2b3c4 of 2026-11-27``,
     with a note when the working tree differed from it, or that the copy has no git history."""
-    import subprocess
+    from examples.lab.provenance import _run  # a command's output, or None when it fails
 
     def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
+        return _run("git", "-C", str(repo), *args)
 
     top = git("rev-parse", "--show-toplevel")
     if not top or str(repo.resolve()) != str(type(repo)(top).resolve()):
