@@ -331,3 +331,42 @@ def test_each_fused_product_autotunes_over_its_own_winners_and_never_over_nothin
     assert kept(NORM=False, SWIGLU=False, RESIDUAL=False, INT8=True) == set(fused._INT8_BLOCKS)
     for (product, int8), blocks in fused._WON.items():  # a subset of what is compiled for them
         assert blocks and set(blocks) <= set(fused._INT8_BLOCKS if int8 else fused._BF16_BLOCKS)
+
+
+def test_compiled_ahead_builds_every_candidate_before_the_autotuner_times_them(monkeypatch):
+    """The autotuner's pruned candidates are each compiled once, with the launch's own
+    arguments and options, before they are timed; one candidate compiles as it launches;
+    after the block the autotuner is as it was."""
+    import types
+
+    import triton.runtime.autotuner as autotuner_module
+
+    from examples.capstone._compile_ahead import compiled_ahead
+
+    class Config:
+        def __init__(self, block):
+            self.block = block
+
+        def all_kwargs(self):
+            return {"BLOCK": self.block, "num_warps": 4}
+
+    class FakeTuner:
+        def __init__(self, configs):
+            self.configs, self.built = configs, []
+            self.fn = types.SimpleNamespace(warmup=lambda *args, grid, **kw: self.built.append((args, grid, kw)))
+
+        def prune_configs(self, kwargs):
+            return self.configs
+
+    monkeypatch.setattr(autotuner_module, "Autotuner", FakeTuner)
+    many, one = FakeTuner([Config(64), Config(128)]), FakeTuner([Config(32)])
+    kernels = types.SimpleNamespace(many=many, one=one, other=object())
+    with compiled_ahead(kernels):
+        many.nargs = {"x": "X", "n": 7}  # set by the autotuner's run before it prunes
+        one.nargs = {"x": "X"}
+        assert many.prune_configs({"FLAG": True}) == many.configs
+        assert one.prune_configs({}) == one.configs
+    assert sorted(b[2]["BLOCK"] for b in many.built) == [64, 128]
+    assert all(args == ("X", 7) and kw["FLAG"] is True and kw["num_warps"] == 4 for args, _, kw in many.built)
+    assert one.built == []
+    assert "prune_configs" not in vars(many)  # the class's method again

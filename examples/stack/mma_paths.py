@@ -13,7 +13,7 @@ both ways for this GPU, and
   short timing of each, and the choice and every candidate's time are noted;
 * the two paths and cuBLAS are timed in interleaved rounds by kernel duration (the profiler's,
   ``timer="kernel"``) at 4096 and 8192 on a side in float16, sizes that fill the chip
-  (thousands of output tiles); ``vs_wgmma`` is the paired ratio of the wgmma sample over the
+  (512 to 4,096 output tiles over 132 SMs, by tiling); ``vs_wgmma`` is the paired ratio of the wgmma sample over the
   other's in the same round: below 1, the fraction of wgmma's rate it reaches.
 
 Without a GPU nothing runs compiled: the example still compiles both paths for sm_90 (no GPU
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import torch
@@ -60,8 +61,8 @@ def mma_v3_off(on: bool):
 
 
 # --8<-- [start:paths]
-def kernel_for(path: str):
-    """The book's matmul kernel as a JIT function of its own for ``path``: two objects, two
+def own_kernel():
+    """The book's matmul kernel as a JIT function of its own, one per path: two objects, two
     in-memory caches, so a kernel compiled with mma.sync is never found for wgmma."""
     return triton.jit(matmul_kernel.fn)
 
@@ -69,13 +70,36 @@ def kernel_for(path: str):
 def launch(kernel, path: str, a, b, c, config):
     """One product c = a @ b on ``path``, the switch set on every mma.sync launch: should
     Triton ever compile it again, it compiles it the same way. Returns the compiled kernel."""
+    grid, args, options = launch_arguments(a, b, c, config)
+    with mma_v3_off(path == "Triton mma.sync"):
+        return kernel[grid](*args, **options)
+
+
+def launch_arguments(a, b, c, config):
+    """The grid, arguments and compile options of c = a @ b with ``config``."""
     (M, K), N = a.shape, b.shape[1]
     grid = (triton.cdiv(M, config.kwargs["BM"]) * triton.cdiv(N, config.kwargs["BN"]),)
-    with mma_v3_off(path == "Triton mma.sync"):
-        return kernel[grid](a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(),
-                            EVEN_K=K % config.kwargs["BK"] == 0, num_warps=config.num_warps,
+    args = (a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride())
+    return grid, args, dict(EVEN_K=K % config.kwargs["BK"] == 0, num_warps=config.num_warps,
                             num_stages=config.num_stages, **config.kwargs)
 # --8<-- [end:paths]
+
+
+def compile_candidates(kernel, path: str, a, b, c) -> dict:
+    """Every candidate compiled for ``path`` at once, in threads, before any is timed (a
+    compile is mostly LLVM and ptxas, outside the interpreter, so they overlap):
+    {config: None, or the error that stopped it}. The switch is set once around them all,
+    since Triton reads it from the process's environment."""
+    def build(config):
+        grid, args, options = launch_arguments(a, b, c, config)
+        try:
+            kernel.warmup(*args, grid=grid, **options)
+        except Exception as exc:  # noqa: BLE001 - a tiling this path cannot build: noted by the caller
+            return exc
+        return None
+
+    with mma_v3_off(path == "Triton mma.sync"), ThreadPoolExecutor(len(CANDIDATES)) as pool:
+        return dict(zip(CANDIDATES, pool.map(build, CANDIDATES)))
 
 
 def instruction_check(ptx_instructions: list[str], path: str) -> None:
@@ -140,13 +164,16 @@ def measure_without_gpu(lab) -> None:
 
 def best_config(lab, kernel, path: str, a, b, c):
     """The fastest candidate for ``path`` by a short timing of each (25 ms of calls after
-    a warm-up; the profiler-timed rounds come after); every candidate's time is noted."""
+    a warm-up; the profiler-timed rounds come after); every candidate's time is noted, and
+    every one that could not be built."""
     import triton.testing
 
     times = {}
-    for config in CANDIDATES:
+    for config, failed in compile_candidates(kernel, path, a, b, c).items():
         try:
-            launch(kernel, path, a, b, c, config)  # compile now, outside the timing
+            if failed is not None:
+                raise failed
+            launch(kernel, path, a, b, c, config)  # loaded onto the GPU now, outside the timing
         except Exception as exc:  # noqa: BLE001 - a tiling this path cannot build: noted, skipped
             lab.note(f"{path} {config}", f"not built: {type(exc).__name__}: {str(exc)[:120]}")
             continue
@@ -193,7 +220,7 @@ def measure(lab) -> None:
     major, minor = torch.cuda.get_device_capability(lab.device)
     if (major, minor) != (9, 0):
         raise Unavailable(f"needs a Hopper GPU (compute capability 9.0, wgmma); this one is {major}.{minor}")
-    kernels = {path: kernel_for(path) for path in PATHS}
+    kernels = {path: own_kernel() for path in PATHS}
     for n in SIZES[:1] if lab.quick else SIZES:
         measure_size(lab, n, kernels)
 
