@@ -364,9 +364,11 @@ def test_compiled_ahead_builds_every_candidate_before_the_autotuner_times_them(m
     with compiled_ahead(kernels):
         many.nargs = {"x": "X", "n": 7}  # set by the autotuner's run before it prunes
         one.nargs = {"x": "X"}
-        assert many.prune_configs({"FLAG": True}) == many.configs
+        # kernel[grid](...) hands the autotuner its grid and warmup flag among the keywords
+        assert many.prune_configs({"FLAG": True, "grid": (9,), "warmup": False}) == many.configs
         assert one.prune_configs({}) == one.configs
     assert sorted(b[2]["BLOCK"] for b in many.built) == [64, 128]
-    assert all(args == ("X", 7) and kw["FLAG"] is True and kw["num_warps"] == 4 for args, _, kw in many.built)
+    assert all(args == ("X", 7) and grid == (1,) and kw == {"FLAG": True, "BLOCK": kw["BLOCK"], "num_warps": 4}
+               for args, grid, kw in many.built)
     assert one.built == []
     assert "prune_configs" not in vars(many)  # the class's method again

@@ -41,9 +41,11 @@ def _compiling(tuner, prune):
         configs = prune(kwargs, *rest)
         if len(configs) > 1:  # one candidate is launched untimed, compiled as it launches
             args = list(tuner.nargs.values())  # the launch's positional arguments, in order
+            # The launch's keywords, less the two that ``kernel[grid](...)`` adds for the launch itself.
+            options = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
 
             def build(config):
-                tuner.fn.warmup(*args, grid=(1,), **kwargs, **config.all_kwargs())
+                tuner.fn.warmup(*args, grid=(1,), **options, **config.all_kwargs())
 
             with ThreadPoolExecutor(len(configs)) as pool:
                 list(pool.map(build, configs))  # re-raises a failed compile here, as the launch would
