@@ -36,8 +36,6 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from examples.capstone import int8_linear as int8_kernels
-from examples.capstone._compile_ahead import compiled_ahead
 from examples.capstone.int8_linear import Int8Weight, int8_chosen_configs, int8_linear, quantized
 from examples.capstone.model import (
     LLAMA3_8B, TINY, Config, Decoder, StaticCache, Weights, graph_pool_mib, layer_step,
@@ -93,8 +91,7 @@ def measure(lab) -> None:
     run = start(lab)
     run.ladder()
     if lab.cuda:
-        with compiled_ahead(int8_kernels):  # its kernel's candidates, compiled in threads
-            run.int8_rungs()
+        run.int8_rungs()
         if not lab.quick:
             run.prefill_sweep()
             run.batch_sweep()

@@ -38,7 +38,6 @@ import torch
 import torch.nn.functional as F
 
 from examples.capstone import fused
-from examples.capstone._compile_ahead import compiled_ahead
 from examples.capstone.decode import LOGIT_TOLERANCE, _Run, release_setup, start
 from examples.capstone.fused import FusedDecoder
 from examples.capstone.model import graphed, layer_step
@@ -55,8 +54,7 @@ INDUCTOR = "coordinate-descent+graph"
 def measure(lab) -> None:
     run = start(lab)
     try:
-        with compiled_ahead(fused):  # each kernel's candidates compiled in threads, then timed
-            _measure(lab, run)
+        _measure(lab, run)
         run.note_model()
     finally:
         # The last topic that uses the set-up: its 16-24 GB go back before the next topic.
