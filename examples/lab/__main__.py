@@ -96,10 +96,8 @@ def _run(args) -> int:
     import torch
     from tqdm import tqdm
 
-    from examples.lab.harness import CheckFailed, Unavailable, missing_gpus, requires_cuda, run_measurement
     from examples.lab.provenance import run_id
-    from examples.lab.records import RecordError, write_record
-    from examples.lab.registry import import_topic, measured_topics
+    from examples.lab.registry import measured_topics
 
     topics = _topics(args, measured_topics())
     if not topics:
@@ -111,8 +109,42 @@ def _run(args) -> int:
     command = shlex.join(["python", "-m", "examples.lab", *sys.argv[1:]])
 
     failures, written, skipped, started = [], [], [], time.perf_counter()
-    poisoned_by = None  # a topic whose CUDA error left this process's context unusable
     bar = tqdm(topics, unit="topic", file=sys.stderr, dynamic_ncols=True)
+    try:
+        _run_topics(args, bar, device, command, started, written, skipped, failures)
+    except KeyboardInterrupt:
+        # Ctrl-C: every record written so far is whole (write_record renames a finished file
+        # into place), the topic that was running wrote none; say so in one line, as a shell's 130.
+        bar.close()
+        done = len(written) + len(skipped) + len(failures)
+        print(f"interrupted after {done} topics; {len(written)} records written to {args.out}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    bar.close()
+    for path, seconds in written:
+        print(f"wrote {path} ({seconds:.1f} s)")
+    for line in skipped:
+        print(f"skipped {line}")
+    for line in failures:
+        print(f"FAILED {line}", file=sys.stderr)
+    print(f"run {run_id()}: {len(written)} records in {time.perf_counter() - started:.0f} s, "
+          f"{len(skipped)} skipped, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+#: The exit status of a run stopped by Ctrl-C (SIGINT), as a shell reports it: 128 + 2.
+EXIT_INTERRUPTED = 130
+
+
+def _run_topics(args, bar, device, command: str, started: float, written: list, skipped: list,
+                failures: list) -> None:
+    """Run each topic of ``bar`` and write its record, appending to ``written``, ``skipped`` and
+    ``failures`` as it goes (so that an interrupt leaves them telling what was done)."""
+    from examples.lab.harness import CheckFailed, Unavailable, missing_gpus, requires_cuda, run_measurement
+    from examples.lab.records import RecordError, write_record
+    from examples.lab.registry import import_topic
+
+    topics = list(bar.iterable)
+    poisoned_by = None  # a topic whose CUDA error left this process's context unusable
     for topic in bar:
         bar.set_description(topic)
         if poisoned_by:
@@ -153,17 +185,12 @@ def _run(args) -> int:
             continue
         finally:
             _release_shared(module, topics, topic)
-        written.append((write_record(args.out, record), record.run.wall_s))
-    bar.close()
-    for path, seconds in written:
-        print(f"wrote {path} ({seconds:.1f} s)")
-    for line in skipped:
-        print(f"skipped {line}")
-    for line in failures:
-        print(f"FAILED {line}", file=sys.stderr)
-    print(f"run {run_id()}: {len(written)} records in {time.perf_counter() - started:.0f} s, "
-          f"{len(skipped)} skipped, {len(failures)} failed")
-    return 1 if failures else 0
+        try:
+            written.append((write_record(args.out, record), record.run.wall_s))
+        except RecordError as exc:  # a figure the loader would refuse is never written
+            failures.append(f"{topic}: {exc}")
+        except OSError as exc:
+            failures.append(f"{topic}: cannot write its record under {args.out}: {exc.strerror or exc}")
 
 
 def _device_usable(device) -> bool:
@@ -306,7 +333,16 @@ def _repeat(args) -> int:
     status, started = 0, time.perf_counter()
     for i in range(1, args.repeat + 1):
         print(f"== run {i} of {args.repeat} ==", flush=True)
-        code = subprocess.call([sys.executable, "-m", "examples.lab", *child], env=env)
+        try:
+            code = subprocess.call([sys.executable, "-m", "examples.lab", *child], env=env)
+        except KeyboardInterrupt:  # the run itself got Ctrl-C too and said what it had written
+            print(f"interrupted in run {i} of {args.repeat}; records of finished topics are in {args.out}",
+                  file=sys.stderr)
+            return EXIT_INTERRUPTED
+        if code == EXIT_INTERRUPTED:
+            print(f"interrupted in run {i} of {args.repeat}; records of finished topics are in {args.out}",
+                  file=sys.stderr)
+            return EXIT_INTERRUPTED
         status = status or code
     print(f"{args.repeat} runs in {time.perf_counter() - started:.0f} s" + ("" if status == 0 else ", some failed"))
     return status
@@ -376,7 +412,11 @@ def main(argv: list[str] | None = None) -> int:
     comp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     comp.set_defaults(handler=_compare)
     args = parser.parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt:  # before the first topic (importing torch) or in validate/compare
+        print(f"python -m examples.lab {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

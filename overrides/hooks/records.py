@@ -35,7 +35,13 @@ A power figure (``stat=power_w``, the provenance line) names its NVML reading,
 instantaneous or one-second average (``lab_site.power``); a window too short for the
 average has none, shown as "—" with the reason in its title.
 
-A problem in a page or a record stops the build with the page named; a claim that a run
+A reader's records (the roots after the first) never stop the build: a file that does not
+load, or a group of runs that a shortcode or a generated section cannot use (a quick run
+without the figure a table asks for, odd cases, odd units), is left out of what it breaks
+and reported, file and reason, as an INFO line (``records: left out ...``; Appendix A lists
+them too); the rest of the book and the reader's other records build. The book's own
+records stay strict: a problem in a page or in one of them stops the build with the page
+named; a claim that a run
 of the book's GPU records contradicts, or that no GPU record can check, is a warning, so
 ``--strict`` fails. Where every run of a group is stale (its code has changed since) and
 lacks the figure a shortcode asks for, the page says "not yet measured by the current
@@ -45,6 +51,7 @@ with a current run that lacks it is still an error (``lab_site.markdown``). Ever
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import html
 import json
@@ -133,6 +140,14 @@ def on_pre_build(config: MkDocsConfig) -> None:
     state.store = store.load(roots, state.config_dir)
     log.info("records: %d runs in %d groups loaded from %s", len(state.store.entries), len(state.store.groups),
              ", ".join(str(r.path) for r in roots))
+    for path, reason in state.store.left_out.items():
+        _report_left_out(path, reason)
+
+
+def _report_left_out(path: Path, reason: str, where: str = "the build") -> None:
+    """One INFO line per reader's file the book cannot use (never a warning: ``--strict`` builds a
+    reader's folder too)."""
+    log.info("records: left out %s from %s: %s", path, where, reason)
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
@@ -147,10 +162,7 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
     src = page.file.src_uri
     try:
         markdown = page_dates.with_measured_on(markdown, state.store, state.primary)
-        markdown = generated.expand(markdown, lambda name: generated.render_named(
-            name, store=state.store, primary=state.primary, nav=config.nav or [],
-            docs_dir=Path(config.docs_dir), glossary_path=state.config_dir / "snippets" / "glossary.md",
-            page_src=src))
+        markdown = generated.expand(markdown, lambda name: _generated(name, config, src))
         markdown = shortcodes.expand(markdown, lambda req, code: _render(req, code, page))
         _check_markers(page)
         return markdown
@@ -168,7 +180,7 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
 
 
 def on_post_build(config: MkDocsConfig) -> None:
-    if state.store.broken:
+    if state.store.broken:  # the book's own files only: a reader's are left out when loaded
         listing = "; ".join(f"{p}: {m}" for p, m in state.store.broken.items())
         raise PluginError(f"records: malformed record(s) that no page uses yet: {listing}")
     report = {
@@ -226,7 +238,125 @@ def _note_stale(page: Page, groups: list[store.Group]) -> None:
                      page.file.src_uri, g.topic, g.slug, g.stale_reason)
 
 
+def _generated(name: str, config: MkDocsConfig, src: str) -> str:
+    """A generated section; a reader's group that breaks it is left out of the whole build (the
+    sections read every group: Appendix A, the seconds, the claims) and reported."""
+    def render(records: store.Store) -> str:
+        return generated.render_named(
+            name, store=records, primary=state.primary, nav=config.nav or [], docs_dir=Path(config.docs_dir),
+            glossary_path=state.config_dir / "snippets" / "glossary.md", page_src=src)
+
+    try:
+        return render(state.store)
+    except Exception:  # noqa: BLE001 - any error a reader's odd record causes; the book's re-raised
+        readers = [g for g in state.store.groups if g.root.index > 0]
+        if not readers:
+            raise
+    book = [g for g in state.store.groups if g.root.index == 0]
+
+    def with_groups(groups: list[store.Group]) -> store.Store:
+        keys = {id(e) for g in groups for e in (*g.runs, *g.left_out)}
+        return dataclasses.replace(state.store, groups=groups, entries=[
+            e for e in state.store.entries if e.root.index == 0 or id(e) in keys or e.skipped])
+
+    render(with_groups(book))  # the book's own records alone: an error here is the book's, raised
+    for g in readers:
+        try:
+            render(with_groups([*book, g]))
+        except Exception as exc:  # noqa: BLE001 - this group breaks the section: out of the build
+            _drop(g, exc, f"lab:generated {name} on {src}")
+    try:
+        return render(state.store)
+    except Exception as exc:  # noqa: BLE001 - each renders alone, not together: the book's records alone
+        for g in [g for g in state.store.groups if g.root.index > 0]:
+            _drop(g, exc, f"lab:generated {name} on {src}")
+        return render(state.store)
+
+
+def _drop(group: store.Group, exc: BaseException, where: str) -> None:
+    reason = _reason(exc)
+    state.store.drop(group, reason)
+    for e in (*group.runs, *group.left_out):
+        _report_left_out(e.path, reason, where)
+
+
+def _reason(exc: BaseException) -> str:
+    """An error as one line: a LabError's message, any other's type and first line."""
+    text = " ".join(str(exc).split())
+    return text if isinstance(exc, LabError) else f"{type(exc).__name__}: {text}"
+
+
+def _reader_groups(req: shortcodes.Request) -> list[store.Group]:
+    """The readers' groups a shortcode may draw: of its topics, or every one (a calculator looks up its own)."""
+    topics = getattr(req, "topics", None) or ([req.topic] if getattr(req, "topic", None) else None)
+    return [g for g in state.store.groups if g.root.index > 0 and g.key not in state.store.hidden
+            and (topics is None or g.topic in topics)]
+
+
+def _snapshot(page: Page) -> tuple:
+    """What rendering a shortcode adds to the build's state, to put back before rendering it again."""
+    src = page.file.src_uri
+    return (state.figures.get(src), dict(state.plots.get(src, {})), dict(state.csv), len(state.claims),
+            dict(state.anchors.get(src, {})), list(state.marked.get(src, [])))
+
+
+def _restore(page: Page, snapshot: tuple) -> None:
+    src = page.file.src_uri
+    figures, plots, csv, claims, anchors, marked = snapshot
+    if figures is None:
+        state.figures.pop(src, None)
+    else:
+        state.figures[src] = figures
+    # Copies: a snapshot is put back more than once, and rendering adds to what it is given.
+    state.plots[src], state.csv, state.anchors[src] = dict(plots), dict(csv), dict(anchors)
+    state.marked[src] = list(marked)
+    del state.claims[claims:]
+
+
 def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> str:
+    """One shortcode; a reader's group that breaks it is left out of it, with a report, and the
+    shortcode rendered again (the book's records alone must render: their error is raised)."""
+    snapshot = _snapshot(page)
+    try:
+        return _render_one(req, code, page)
+    except Exception as exc:  # noqa: BLE001 - any error a reader's odd record causes; the book's re-raised
+        readers = _reader_groups(req)
+        if not readers:
+            raise
+        first = exc
+    keys = {g.key for g in readers}
+    _restore(page, snapshot)
+    with state.store.hiding(state.store.hidden | keys):
+        _render_one(req, code, page)  # the book's own records alone: an error here is the book's, raised
+    usable = []
+    for g in readers:
+        _restore(page, snapshot)
+        with state.store.hiding(state.store.hidden | (keys - {g.key})):
+            try:
+                _render_one(req, code, page)
+                usable.append(g)
+            except Exception as exc:  # noqa: BLE001
+                _left_out_of(page, code, g, exc)
+    failing = keys - {g.key for g in usable}
+    _restore(page, snapshot)
+    try:
+        with state.store.hiding(state.store.hidden | failing):
+            return _render_one(req, code, page)
+    except Exception:  # noqa: BLE001 - each renders beside the book's, not all together: the book's alone
+        for g in usable:
+            _left_out_of(page, code, g, first)
+        _restore(page, snapshot)
+        with state.store.hiding(state.store.hidden | keys):
+            return _render_one(req, code, page)
+
+
+def _left_out_of(page: Page, code: shortcodes.Shortcode, group: store.Group, exc: BaseException) -> None:
+    reason = _reason(exc).removeprefix(code.text + ": ")
+    for e in group.runs:
+        _report_left_out(e.path, reason, f"{page.file.src_uri} {code.text}")
+
+
+def _render_one(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> str:
     try:
         if isinstance(req, shortcodes.TableRequest):
             groups = state.store.topic(req.topic, state.primary)
@@ -246,8 +376,11 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
                 groups = state.store.topic(req.topic, state.primary)
                 _note_stale(page, groups)
                 made: list[str] = []  # the figure ids of this plot's tabs so far
+                drawn: list[tuple[store.Group, str]] = []
                 out = render.plot(req, groups, _link(page),
-                                  lambda g: _plot(req, g, page, keys, xs, number, made, units))
+                                  lambda g: _plot(req, g, page, keys, xs, number, made, units, drawn))
+                if req.anchor is not None:
+                    units = _anchored_units(req, drawn)
             if req.anchor is not None:
                 anchors[req.anchor] = calculators.PlotInfo(req.kind, req.xunit, frozenset(units))
             # A legend is checked against the series drawn, order= against the x values drawn; where
@@ -374,9 +507,11 @@ def _drawn_x(series: list) -> set[str]:
 
 
 def _plot(req: shortcodes.PlotRequest, group: store.Group, page: Page, keys: set[str], xs: set[str],
-          number: int, made: list[str], units: set[str]) -> tuple[str, list]:
+          number: int, made: list[str], units: set[str], drawn: list | None = None) -> tuple[str, list]:
     series, unit, figures = series_of(req, group)
     units.add(unit)
+    if drawn is not None:
+        drawn.append((group, unit))
     keys.update(s.key for s in series if s.key is not None)
     xs.update(_drawn_x(series))
     token, digest = _placeholder(page)
@@ -387,6 +522,17 @@ def _plot(req: shortcodes.PlotRequest, group: store.Group, page: Page, keys: set
     _figure(page, token, svg, number=number, made=made, group=group, caption=_caption(req, unit),
             csv=csv_text(series, req, unit), points=sum(len(s.points) for s in series), anchor=req.anchor)
     return token, figures
+
+
+def _anchored_units(req: shortcodes.PlotRequest, drawn: list[tuple[store.Group, str]]) -> set[str]:
+    """The y units a calculator may mark on an ``anchor=`` plot: the book's tabs'. A reader's tab in
+    another unit would be marked wrongly, so it cannot be drawn there (the hook leaves it out)."""
+    book = {unit for g, unit in drawn if g.root.index == 0}
+    for g, unit in drawn:
+        if book and unit not in book:
+            raise LabError(f"{g.label}: its y is in {unit}, the book's tabs' in {', '.join(sorted(book))}; "
+                           f"a calculator marks this plot (anchor={req.anchor}) in the book's unit")
+    return book or {unit for _, unit in drawn}
 
 
 def _machine_plot(req: shortcodes.PlotRequest, page: Page, number: int, keys: set[str], xs: set[str],

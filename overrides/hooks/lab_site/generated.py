@@ -441,6 +441,11 @@ def summary(store: Store, topics: Collection[str] | None = None) -> str:
                      f"{bad} noisy" + (f", {len(skipped)} topics skipped" if skipped else ""))
     head = (f"{plural(total, 'figure')}, {noisy} noisy (their runs differ by more than {NOISY * 100:g} % of "
             f"the median: shown with ⚠). Each figure is the median across its runs of each run's median.")
+    if topics is None and store.left_out:  # a reader's files the book could not use, and why
+        lines += ["", f"Left out of this build: {plural(len(store.left_out), 'record')} of your own "
+                      "that the book cannot use (the build's log says where each was to be shown):", ""]
+        lines += [f"- `{html.escape(str(path), quote=False)}`: {html.escape(reason, quote=False)}"
+                  for path, reason in sorted(store.left_out.items())]
     return "\n".join([head, "", *lines])
 
 

@@ -4,9 +4,10 @@ Records live in ``<root>/<machine slug>/<topic>/<run id>.json`` (schema 2; the l
 ``<root>/<machine slug>/<topic>.json`` of schema 1 loads as run ``v1``). The book's own
 root comes first (``docs/records``); further roots (a reader's own runs) follow and are
 labelled with their folder name. Every file is validated with the lab's own loader; a
-file that does not load is kept as *broken* with its message, so the page that asks
-for its topic can say which page and which file, and the build can still fail on broken
-files no page uses.
+file of the book's own that does not load is kept as *broken* with its message, so the page
+that asks for its topic can say which page and which file, and the build can still fail on
+broken files no page uses. A reader's file that does not load is *left out* instead
+(:attr:`Store.left_out`, with its reason): a reader's folder never breaks the book.
 
 A page shows *groups*, not files: the runs of one topic on one kind of machine under
 one root (:class:`Group`). When some runs of a group are current and others were made
@@ -17,6 +18,7 @@ wrote these) belongs to no group; Appendix A lists it.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import os
 import posixpath
@@ -140,6 +142,29 @@ class Store:
     #: The topic each broken file's path names.
     broken_topics: dict[Path, str] = field(default_factory=dict)
     groups: list[Group] = field(default_factory=list)
+    #: A reader's files the book cannot use: path -> why. Reported by the hook, never fatal.
+    left_out: dict[Path, str] = field(default_factory=dict)
+    #: Group keys :meth:`topic` leaves out for now (:meth:`hiding`).
+    hidden: frozenset[str] = frozenset()
+
+    @contextlib.contextmanager
+    def hiding(self, keys: Iterable[str]):
+        """Within the block, :meth:`topic` (and so every lookup) leaves out the groups of ``keys``:
+        the hook renders a shortcode again without a reader's group that breaks it."""
+        before, self.hidden = self.hidden, frozenset(keys)
+        try:
+            yield
+        finally:
+            self.hidden = before
+
+    def drop(self, group: Group, reason: str) -> None:
+        """Leave a reader's ``group`` out of the whole build (its files with ``reason``)."""
+        assert group.root.index > 0, "the book's own records are never left out"
+        self.groups = [g for g in self.groups if g is not group]
+        files = {id(e) for e in (*group.runs, *group.left_out)}
+        for e in (*group.runs, *group.left_out):
+            self.left_out[e.path] = reason
+        self.entries = [e for e in self.entries if id(e) not in files]
 
     @property
     def skipped(self) -> list[Entry]:
@@ -155,7 +180,7 @@ class Store:
         if broken:
             path, message = next(iter(broken.items()))
             raise LabError(f"record {path} of topic {topic} is malformed: {message}")
-        found = [g for g in self.groups if g.topic == topic]
+        found = [g for g in self.groups if g.topic == topic and g.key not in self.hidden]
         # The primary machine's kind first (its 2- and 4-GPU machines too), that machine itself first.
         return sorted(found, key=lambda g: (not g.is_gpu, primary is None or not of_kind(g.slug, primary),
                                             g.slug != primary, g.root.index, g.label))
@@ -219,12 +244,17 @@ def load(roots: Iterable[Root], repo_root: Path) -> Store:
             relative = path.relative_to(root.path)
             try:
                 record = load_record(path)
-            except RecordError as exc:
+                stale, reason = hashes.staleness(record)
+            except (RecordError, LabError, OSError, ValueError) as exc:
+                if root.index > 0:  # a reader's file: reported and left out, the book builds
+                    store.left_out[path] = " ".join(str(exc).removeprefix(f"{path}: ").split())
+                    continue
+                if not isinstance(exc, RecordError):
+                    raise
                 store.broken[path] = str(exc)
                 # <slug>/<topic>.json (legacy) or <slug>/<topic>/<run>.json
                 store.broken_topics[path] = relative.stem if len(relative.parts) == 2 else relative.parts[1]
                 continue
-            stale, reason = hashes.staleness(record)
             uri = posixpath.join(root.site_prefix, relative.as_posix())
             store.entries.append(Entry(record, path, root, uri, stale, reason))
     store.groups = group_runs([e for e in store.entries if not e.skipped], repo_root)
