@@ -4,7 +4,8 @@ A reader's ``lab run`` may be a quick run, an older or newer version of an examp
 has never seen; its folder may hold a file cut short or edited by hand. :func:`odd_folder` writes
 such a folder from the book's own H200 runs, one machine slug per kind of oddity (so each is its
 own group of runs, its own tab): every record in it is valid, or, under ``broken/``, deliberately
-not. ``tests/test_reader_records.py`` builds the book with it, strictly, and checks that the build
+not (a renamed metric also loses its declaration as a signed difference, so a negative one
+is refused: that file is left out as it loads). ``tests/test_reader_records.py`` builds the book with it, strictly, and checks that the build
 passes, that each record that could not be used is reported with its file and reason, and that
 the usable ones show.
 """
@@ -97,13 +98,17 @@ def book_runs(slug: str = "nvidia-h200") -> dict[str, dict]:
     return latest
 
 
-def odd_folder(root: Path, topics: list[str] | None = None) -> dict[str, list[Path]]:
+def odd_folder(root: Path, topics: list[str] | None = None,
+               oddities: list[str] | None = None) -> dict[str, list[Path]]:
     """Write the readers' odd records under ``root``: ``<root>/reader-<oddity>/<topic>/<run>.json`` for
-    every oddity and topic (every one-GPU topic of the book, or ``topics``), and the broken files
-    under ``<root>/reader-broken/``. Returns the files written per oddity (and ``"broken"``)."""
+    every oddity (or those of ``oddities``) and topic (every one-GPU topic of the book, or ``topics``),
+    and the broken files under ``<root>/reader-broken/``. Returns the files written per oddity (and
+    ``"broken"``)."""
     runs = book_runs()
     written: dict[str, list[Path]] = {}
     for oddity, change in ODDITIES.items():
+        if oddities is not None and oddity not in oddities:
+            continue
         slug = f"reader-{oddity}"
         for topic, good in runs.items():
             if topics is not None and topic not in topics:

@@ -254,7 +254,8 @@ class Method(_Strict):
 class Record(_Strict):
     schema_version: Literal[2]
     topic: str = Field(pattern=r"^[a-z0-9_]+\.[a-z0-9_]+$")
-    source: str
+    #: The example's path in the repository: the site hashes that file to tell whether the record is current.
+    source: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]*$", description="relative to the repository, inside it")
     source_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     machine: Machine
     run: Run
@@ -265,6 +266,13 @@ class Record(_Strict):
     #: allows (a profiler timeline is a mapping of lists of events).
     notes: dict[str, JsonValue] = {}
     load: LoadSummary | None = Field(default=None, description="clocks and power under load (GPU only)")
+
+    @field_validator("source")
+    @classmethod
+    def _inside(cls, v: str) -> str:
+        if ".." in v.split("/"):
+            raise ValueError(f"{v!r} leaves the repository (a '..' part)")
+        return v
 
     @model_validator(mode="after")
     def _not_empty(self) -> "Record":

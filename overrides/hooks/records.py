@@ -319,35 +319,74 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
     snapshot = _snapshot(page)
     try:
         return _render_one(req, code, page)
-    except Exception as exc:  # noqa: BLE001 - any error a reader's odd record causes; the book's re-raised
+    except Exception:  # noqa: BLE001 - any error a reader's odd record causes; the book's re-raised
         readers = _reader_groups(req)
         if not readers:
             raise
-        first = exc
     keys = {g.key for g in readers}
+    failing: dict[str, tuple[store.Group, Exception]] = {}
+    if getattr(req, "topic", None) or getattr(req, "topics", None):
+        # Cheap first: each reader's group alone (one tab), the book's hidden.
+        book = {g.key for g in state.store.groups if g.root.index == 0}
+        for g in readers:
+            error = _try(req, code, page, snapshot, book | (keys - {g.key}))
+            if error is not None:
+                failing[g.key] = (g, error)
+        _restore(page, snapshot)
+        try:
+            with state.store.hiding(state.store.hidden | set(failing)):
+                out = _render_one(req, code, page)
+        except Exception:  # noqa: BLE001 - they fail beside the book's only: the thorough way below
+            failing = {}
+        else:
+            _report_failing(page, code, failing)
+            return out
+    # Each reader's group beside the book's; the book's alone first, whose error is the book's own.
     _restore(page, snapshot)
     with state.store.hiding(state.store.hidden | keys):
-        _render_one(req, code, page)  # the book's own records alone: an error here is the book's, raised
-    usable = []
+        _render_one(req, code, page)
     for g in readers:
-        _restore(page, snapshot)
-        with state.store.hiding(state.store.hidden | (keys - {g.key})):
-            try:
-                _render_one(req, code, page)
-                usable.append(g)
-            except Exception as exc:  # noqa: BLE001
-                _left_out_of(page, code, g, exc)
-    failing = keys - {g.key for g in usable}
+        error = _try(req, code, page, snapshot, keys - {g.key})
+        if error is not None:
+            failing[g.key] = (g, error)
     _restore(page, snapshot)
     try:
-        with state.store.hiding(state.store.hidden | failing):
-            return _render_one(req, code, page)
-    except Exception:  # noqa: BLE001 - each renders beside the book's, not all together: the book's alone
-        for g in usable:
-            _left_out_of(page, code, g, first)
+        with state.store.hiding(state.store.hidden | set(failing)):
+            out = _render_one(req, code, page)
+    except Exception as exc:  # noqa: BLE001 - each renders beside the book's, not all together
+        failing = {g.key: (g, exc) for g in readers}
         _restore(page, snapshot)
         with state.store.hiding(state.store.hidden | keys):
-            return _render_one(req, code, page)
+            out = _render_one(req, code, page)
+    _report_failing(page, code, failing)
+    return out
+
+
+def _try(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page, snapshot: tuple,
+         hide: set[str]) -> Exception | None:
+    """Render the shortcode with the groups of ``hide`` left out, quietly, and put the state back:
+    the error it raised, or None."""
+    _restore(page, snapshot)
+    log.addFilter(_silent)  # a trial's warnings are not the build's: the final render says what holds
+    try:
+        with state.store.hiding(state.store.hidden | hide):
+            _render_one(req, code, page)
+        return None
+    except Exception as exc:  # noqa: BLE001
+        return exc
+    finally:
+        log.removeFilter(_silent)
+        _restore(page, snapshot)
+
+
+def _silent(record: logging.LogRecord) -> bool:
+    return False
+
+
+def _report_failing(page: Page, code: shortcodes.Shortcode,
+                    failing: dict[str, tuple[store.Group, Exception]]) -> None:
+    for g, exc in failing.values():
+        _left_out_of(page, code, g, exc)
 
 
 def _left_out_of(page: Page, code: shortcodes.Shortcode, group: store.Group, exc: BaseException) -> None:

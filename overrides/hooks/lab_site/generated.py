@@ -481,7 +481,9 @@ def claims(store: Store, pages: Sequence[Page], primary: str | None, page_src: s
         if len(said) != len(requests):  # cannot pair them: the check alone, as before
             said = [None] * len(requests)
         for req, context in zip(requests, said):
-            groups = store.gpu(req.topic, primary)
+            # A reader's group the claim cannot be checked on (its page left it out and said why) is
+            # left out here too; the book's own are all checked, their error raised.
+            groups = [g for g in store.gpu(req.topic, primary) if g.root.index == 0 or _checkable(req, g)]
             result = claims_mod.evaluate(page.src, req, groups)
             badges = render.claim(result, {g.key: g.short_label for g in groups})
             claim = req.describe().replace("|", "\\|").replace("`", "'")  # a code span: no HTML escapes
@@ -500,6 +502,15 @@ def claims(store: Store, pages: Sequence[Page], primary: str | None, page_src: s
     if not count:
         raise LabError("no page states a claim")
     return "\n".join(lines)
+
+
+def _checkable(req: shortcodes.ClaimRequest, group: Group) -> bool:
+    try:
+        if claims_mod.can_measure(req, group):
+            claims_mod.verdict(req, group)
+        return True
+    except Exception:  # noqa: BLE001 - any error of a reader's odd record: not checkable
+        return False
 
 
 def claim_count(page: Page) -> int:
