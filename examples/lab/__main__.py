@@ -349,15 +349,24 @@ def _repeat(args) -> int:
 
 
 def _validate(args) -> int:
-    from examples.lab.records import RecordError, load_records
+    from examples.lab.records import RecordError, load_record, record_files
 
-    try:
-        records = load_records(args.dir)
-    except RecordError as exc:
-        fail(f"invalid record: {exc}", status=1)
+    if not args.dir.is_dir():
+        fail(f"invalid record: {args.dir}: no such records folder", status=1)
+    records, errors = 0, []
+    for path in record_files(args.dir):  # every file is checked: one line per invalid one
+        try:
+            load_record(path)
+            records += 1
+        except RecordError as exc:
+            errors.append(f"invalid record: {exc}")
+        except OSError as exc:
+            errors.append(f"invalid record: {path}: cannot be read ({exc.strerror or exc})")
+    if errors:
+        fail("\n".join(errors), status=1)
     if not records:
         fail(f"{args.dir}: no records (expected <machine>/<topic>/<run>.json)", status=1)
-    print(f"{len(records)} records valid under {args.dir}")
+    print(f"{records} records valid under {args.dir}")
     return 0
 
 

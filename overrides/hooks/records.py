@@ -90,7 +90,7 @@ from lab_site.series import csv_text, machine_series, series_of  # noqa: E402
 log = logging.getLogger("mkdocs.plugins.lab")
 
 #: The keys ``extra.lab`` may hold; any other is a typo and fails the build.
-SETTINGS = {"record_roots", "extra_records_env", "primary_machine"}
+SETTINGS = {"record_roots", "extra_records_env", "primary_machine", "own_machines"}
 CLAIMS_FILE = "claims.json"
 
 
@@ -100,6 +100,7 @@ class _State:
     roots: list[str] = field(default_factory=lambda: ["docs/records"])
     env: str | None = None
     primary: str | None = None
+    own: list[str] | None = None  # the GPUs the book measured itself; others in its folder were contributed
     store: store.Store = field(default_factory=store.Store)
     claims: list[claims_mod.ClaimResult] = field(default_factory=list)
     plots: dict[str, dict[str, str]] = field(default_factory=dict)  # page -> token -> <figure>
@@ -127,7 +128,10 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
         roots=roots,
         env=lab.get("extra_records_env"),
         primary=lab.get("primary_machine"),
+        own=lab.get("own_machines"),
     )
+    if state.own is not None and (not isinstance(state.own, list) or not all(isinstance(m, str) for m in state.own)):
+        raise PluginError("extra.lab.own_machines must be a list of machine slugs")
     return config
 
 
@@ -137,7 +141,10 @@ def on_pre_build(config: MkDocsConfig) -> None:
         roots = store.roots_from(state.config_dir, Path(config.docs_dir), state.roots, env_value)
     except LabError as exc:
         raise PluginError(f"records: {exc}") from None
-    state.store = store.load(roots, state.config_dir)
+    state.store = store.load(roots, state.config_dir, state.own)
+    for slug in sorted({e.slug for e in state.store.entries if e.contributed}):
+        log.info("records: %s is a contributed GPU (not in extra.lab.own_machines): its tabs say so, and "
+                 "a claim it contradicts is shown as contradicted, not a failed build", slug)
     log.info("records: %d runs in %d groups loaded from %s", len(state.store.entries), len(state.store.groups),
              ", ".join(str(r.path) for r in roots))
     for path, reason in state.store.left_out.items():
@@ -224,7 +231,7 @@ def _book_gpus() -> list[store.Group]:
     calculators offer as GPU presets (only a machine's slug and name are used)."""
     seen: dict[str, store.Group] = {}
     for g in state.store.groups:
-        if g.root.index == 0 and g.is_gpu and g.runs and g.runs[0].record.machine.gpu_count == 1:
+        if g.root.index == 0 and g.is_gpu and not g.contributed and g.runs and g.runs[0].record.machine.gpu_count == 1:
             seen.setdefault(g.slug, g)
     return sorted(seen.values(), key=lambda g: (g.slug != state.primary, g.slug))
 
@@ -633,7 +640,8 @@ def _claim(req: shortcodes.ClaimRequest, code: shortcodes.Shortcode, page: Page)
     state.claims.append(result)
     if not result.verdicts:
         log.warning("%s: claim '%s' has no GPU record to check it against", src, req.describe())
-    readers = {g.key for g in groups if g.root.index > 0}
+    # A reader's folder or a contributed GPU: its contradiction is a finding on the page, not a failed build.
+    readers = {g.key for g in groups if g.root.index > 0 or g.contributed}
     for v in result.unverified:
         # Records made by earlier code that lack the figure cannot check the claim: shown as
         # unverified on the badge (and in claims.json and Appendix A) until the GPU reruns.
@@ -647,4 +655,20 @@ def _claim(req: shortcodes.ClaimRequest, code: shortcodes.Shortcode, page: Page)
                req.describe(), v.machine, format_quantity(v.worst, v.unit), req.op, req.bound, v.failing,
                plural(v.runs, "run"), v.record)
     _note_stale(page, groups)
-    return render.claim(result, {g.key: g.short_label for g in groups})
+    badges = render.claim(result, {g.key: g.short_label for g in groups})
+    return badges + _contradictions(result, [g for g in groups if g.contributed], page)
+
+
+def _contradictions(result: claims_mod.ClaimResult, contributed: list[store.Group], page: Page) -> str:
+    """After a claim's badges: each contributed GPU that contradicts it, with its record, in words."""
+    labels = {g.key: g.label for g in contributed}
+    found = [v for v in result.violated if v.group in labels]
+    if not found:
+        return ""
+    url = page.url
+    base = (url.rstrip("/") if url.endswith("/") else posixpath.dirname(url)) or "."
+    items = ", ".join(f'<a href="{html.escape(posixpath.relpath(v.record, base), quote=True)}">'
+                      f"{html.escape(labels[v.group], quote=False)}</a> measured "
+                      f"{html.escape(format_quantity(v.worst, v.unit), quote=False)}" for v in found)
+    return (f' <span class="lab-claim-contradicted">(contradicted by a contributed record: {items}; '
+            "the book measured its own GPUs only)</span>")

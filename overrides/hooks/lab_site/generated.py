@@ -213,6 +213,8 @@ def machines(store: Store, primary: str | None) -> str:
         m = max(runs, key=lambda e: e.record.run.date).record.machine
         count = max(e.record.machine.gpu_count for e in runs)
         gpu = f"{count} × {m.gpu_name}" if count > 1 else (m.gpu_name or f"none (CPU: {m.host_cpu})")
+        if groups[0].contributed:  # a GPU the book does not own: a reader's records, in the book's folder
+            gpu += " (contributed)"
         memory = f"{m.gpu_memory_gib:g} GiB" if m.gpu_memory_gib else "—"
         cells = [f"`{slug}`", gpu, str(m.sm_count or "—"), memory, m.driver or "—", m.cuda or "—", m.torch,
                  m.triton or "—", str(len(groups)), int_span(len(g.runs) for g in groups),

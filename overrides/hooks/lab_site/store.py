@@ -23,7 +23,7 @@ import functools
 import os
 import posixpath
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +31,10 @@ from examples.lab.provenance import source_sha256
 from examples.lab.records import Record, RecordError, load_record, record_files
 
 from lab_site import LabError
+
+
+#: How a tab names runs on a GPU the book does not own, contributed to its records.
+CONTRIBUTED = "contributed"
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ class Entry:
     site_uri: str
     stale: bool
     stale_reason: str | None = None
+    #: A GPU the book does not own, whose records a reader contributed to the book's own folder.
+    contributed: bool = False
 
     @property
     def slug(self) -> str:
@@ -118,14 +124,22 @@ class Group:
         return f"{self.root.site_prefix}/{self.slug}/{self.topic}"
 
     @property
+    def contributed(self) -> bool:
+        """Runs on a GPU the book does not own, contributed to its records (``docs/records/<their gpu>/``)."""
+        return self.runs[-1].contributed
+
+    @property
     def label(self) -> str:
-        """The tab title: the GPU's name (``2 × `` for a multi-GPU topic), or the host CPU."""
+        """The tab title: the GPU's name (``2 × `` for a multi-GPU topic), or the host CPU; a reader's
+        folder's name after it, or ``contributed``."""
         m = self.record.machine
         if self.is_gpu and m.gpu_name:
             name = f"{m.gpu_count} × {m.gpu_name}" if self.multi_gpu and m.gpu_count > 1 else m.gpu_name
         else:
             name = f"CPU: {m.host_cpu}"
-        return f"{name} · {self.root.label}" if self.root.label else name
+        if self.root.label:
+            return f"{name} · {self.root.label}"
+        return f"{name} · {CONTRIBUTED}" if self.contributed else name
 
     @property
     def short_label(self) -> str:
@@ -235,8 +249,12 @@ def roots_from(config_dir: Path, docs_dir: Path, paths: Sequence[str], env_value
     return roots
 
 
-def load(roots: Iterable[Root], repo_root: Path) -> Store:
-    """Load and validate every record under ``roots``; check each against its source file; group the runs."""
+def load(roots: Iterable[Root], repo_root: Path, own: Collection[str] | None = None) -> Store:
+    """Load and validate every record under ``roots``; check each against its source file; group the runs.
+
+    ``own``: the kinds of GPU the book measured itself (``extra.lab.own_machines``); a machine of the
+    book's own folder that is of none of them was contributed (None: every machine is the book's).
+    """
     store = Store()
     hashes = _Hashes(repo_root)
     for root in roots:
@@ -256,7 +274,9 @@ def load(roots: Iterable[Root], repo_root: Path) -> Store:
                 store.broken_topics[path] = relative.stem if len(relative.parts) == 2 else relative.parts[1]
                 continue
             uri = posixpath.join(root.site_prefix, relative.as_posix())
-            store.entries.append(Entry(record, path, root, uri, stale, reason))
+            contributed = (root.index == 0 and own is not None
+                           and not any(of_kind(record.machine.slug, kind) for kind in own))
+            store.entries.append(Entry(record, path, root, uri, stale, reason, contributed))
     store.groups = group_runs([e for e in store.entries if not e.skipped], repo_root)
     return store
 
