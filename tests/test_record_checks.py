@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from examples.lab import records as records_mod
-from examples.lab.metrics import METRICS, SHARES, SIGNED_METRICS
+from examples.lab.metrics import METRICS, SHARES, SIGNED_METRICS, TOPIC_RATIOS
 from examples.lab.records import (BOOK_RECORDS, RecordError, check_figure, dump_record, load_record, load_records,
                                   parse_record, record_files, unit_kind, write_record)
 
@@ -140,6 +140,22 @@ def test_a_percentage_that_is_a_change_may_pass_100_and_go_below_zero():
 def test_every_declared_metric_is_one_the_book_names():
     """A declaration for a metric that no longer exists would hide nothing, but would mislead."""
     assert set(SIGNED_METRICS) <= set(METRICS) and SHARES <= set(METRICS)
+    assert all(set(names) <= set(METRICS) for names in TOPIC_RATIOS.values())
+
+
+def test_a_topics_declared_ratio_may_pass_its_whole(monkeypatch):
+    """A percentage that is two separate measurements' ratio is declared per topic, and only there."""
+    path, data = _find("%", "busy_fraction")
+    _, _, m = _first(data, "%", "busy_fraction")
+    for stat in ("median", "q1", "q3", "min", "max"):
+        if m.get(stat) is not None:
+            m[stat] = 104.0
+    _refused(path, data)
+    monkeypatch.setitem(TOPIC_RATIOS, data["topic"], {"busy_fraction": "a profiled step over an unprofiled one"})
+    parse_record(json.dumps(data), str(path))
+    monkeypatch.setitem(TOPIC_RATIOS, data["topic"], {})
+    monkeypatch.setitem(TOPIC_RATIOS, "another.topic", {"busy_fraction": "elsewhere"})
+    _refused(path, data)
 
 
 def test_the_book_records_pass_each_rule_for_the_right_reason():
@@ -153,9 +169,9 @@ def test_the_book_records_pass_each_rule_for_the_right_reason():
                 assert values == sorted(values), (record.topic, name)
                 if min(values) < 0:
                     assert name in SIGNED_METRICS and unit_kind(m.unit) is not None, (record.topic, name, m)
-                if m.unit == "%" and name not in SIGNED_METRICS:
+                if m.unit == "%" and name not in SIGNED_METRICS and name not in TOPIC_RATIOS.get(record.topic, {}):
                     assert 0 <= min(values) and max(values) <= 100, (record.topic, name)
-                check_figure(name, m)
+                check_figure(name, m, record.topic)
 
 
 def test_a_run_date_must_be_a_timestamp_with_its_zone():

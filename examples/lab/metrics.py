@@ -231,6 +231,11 @@ SHARES: frozenset[str] = frozenset({
     "kernel_in_code",  # 1 or 0 per run (the name in Inductor's code or not); a median may be 0.5
 })
 
+#: Per topic, metrics that look like a share but are a ratio of two separate measurements (a
+#: profiled step's kernel time over an unprofiled step's time), so above the whole is a true
+#: reading: the validator does not cap them at 100 % (or 1). metric -> why.
+TOPIC_RATIOS: dict[str, dict[str, str]] = {}
+
 #: Case key -> words, where the key is not already the word a reader would use.
 CASE_KEYS: dict[str, str] = {
     "MiB": "working set",

@@ -28,7 +28,7 @@ from typing import Annotated, Literal, NamedTuple, Union
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from examples.lab.metrics import SHARES, SIGNED_METRICS
+from examples.lab.metrics import SHARES, SIGNED_METRICS, TOPIC_RATIOS
 
 SCHEMA_VERSION = 2
 #: Versions this code reads; older ones are upgraded on load.
@@ -87,25 +87,29 @@ def unit_kind(unit: str) -> str | None:
     return {"": "a count or unitless figure", "x": "a ratio", "%": "a percentage", "W": "a power"}.get(unit)
 
 
-def check_figure(name: str, metric: "Metric") -> None:
-    """Refuse a metric whose values its unit forbids: below zero for a duration, size, rate,
-    count, ratio or percentage (unless :data:`~examples.lab.metrics.SIGNED_METRICS` declares
-    it a difference), above 1 for a unitless share (:data:`~examples.lab.metrics.SHARES`),
-    above 100 for a percentage that is not a signed change. The error names the statistic
-    (``metrics.time.min``)."""
+def check_figure(name: str, metric: "Metric", topic: str | None = None, where: str = "") -> None:
+    """Refuse a metric of ``topic`` whose values its unit forbids: below zero for a duration,
+    size, rate, count, ratio or percentage (unless :data:`~examples.lab.metrics.SIGNED_METRICS`
+    declares it a difference), above 1 for a unitless share (:data:`~examples.lab.metrics.SHARES`),
+    above 100 for a percentage that is neither a signed change nor, in its topic, a ratio of two
+    measurements (:data:`~examples.lab.metrics.TOPIC_RATIOS`). The error names the statistic
+    (``where`` + ``metrics.time.min``)."""
     stats = [(s, getattr(metric, s)) for s in ("min", "q1", "median", "q3", "max")]
     stats = [(s, v) for s, v in stats if v is not None]
     signed = name in SIGNED_METRICS
     kind = None if signed else unit_kind(metric.unit)
-    # A percentage is a share unless it is a signed change; a unitless share is declared.
-    top = 100.0 if metric.unit == "%" and not signed else 1.0 if metric.unit == "" and name in SHARES else None
+    # A percentage is a share unless it is a signed change or a declared ratio; a unitless share is declared.
+    ratio = name in TOPIC_RATIOS.get(topic or "", {})
+    top = (100.0 if metric.unit == "%" and not (signed or ratio)
+           else 1.0 if metric.unit == "" and name in SHARES and not ratio else None)
     for stat, value in stats:
+        field = f"{where}metrics.{name}.{stat}"
         if kind is not None and value < 0:
-            raise _impossible(f"metrics.{name}.{stat}", f"{_quantity(value, metric.unit)} is negative, and "
-                                                        f"{kind} ({metric.unit or 'no unit'}) cannot be")
+            raise _impossible(field, f"{_quantity(value, metric.unit)} is negative, and "
+                                     f"{kind} ({metric.unit or 'no unit'}) cannot be")
         if top is not None and value > top:
-            raise _impossible(f"metrics.{name}.{stat}", f"{_quantity(value, metric.unit)} is more than the "
-                                                        f"whole ({_quantity(top, metric.unit)}) of which it is a share")
+            raise _impossible(field, f"{_quantity(value, metric.unit)} is more than the "
+                                     f"whole ({_quantity(top, metric.unit)}) of which it is a share")
 
 
 class Load(_Strict):
@@ -181,12 +185,6 @@ class Row(_Strict):
 
     case: dict[str, Scalar]
     metrics: dict[str, Metric]
-
-    @model_validator(mode="after")
-    def _possible(self) -> "Row":
-        for name, metric in self.metrics.items():  # the sign and range rules need the metric's name
-            check_figure(name, metric)
-        return self
 
 
 class Check(_Strict):
@@ -279,6 +277,14 @@ class Record(_Strict):
     def _not_empty(self) -> "Record":
         if not self.results and not self.notes:
             raise ValueError("a record holds results, notes or both")
+        return self
+
+    @model_validator(mode="after")
+    def _possible(self) -> "Record":
+        # The sign and range rules need the metric's name and, for a few, its topic.
+        for i, row in enumerate(self.results):
+            for name, metric in row.metrics.items():
+                check_figure(name, metric, self.topic, f"results.{i}.")
         return self
 
     def rows(self, **where: Scalar) -> list[Row]:
