@@ -151,9 +151,15 @@ def scratch_copy(tmp_path: Path) -> Path:
 
 
 def breaking(op: str, bound: float) -> float:
-    """A value on the wrong side of ``op bound``."""
-    step = max(1.0, abs(bound))
-    return bound - step if op in (">=", ">") else bound + step
+    """A value on the wrong side of ``op bound`` that a record may still hold: no negative one where
+    the bound is positive (a duration, a ratio), and below 1 or 100 from a bound under them (a share)."""
+    if op in (">=", ">"):
+        return bound / 2 if bound > 0 else bound - max(1.0, abs(bound))
+    if 0 <= bound < 1:
+        return (bound + 1) / 2
+    if 1 <= bound < 100:
+        return (bound + 100) / 2
+    return bound + max(1.0, abs(bound))
 
 
 def contradict(root: Path, claim: shortcodes.ClaimRequest) -> Path:

@@ -5,9 +5,11 @@ A reader runs ``python -m examples.lab run ... --out DIR`` and builds the site w
 real example on this CPU, and the build is the book's own, strict. A second folder is
 shaped like a one-GPU reader's ``lab run --all``: every topic of the book on an H100,
 no collective (one GPU cannot run them), and a legacy record that skipped one. A third
-holds a slower GPU's run that breaks one of the book's claims.
+holds a slower GPU's run that breaks one of the book's claims. A fourth holds odd records the
+book cannot use in places (``tests/reader_folders.py``: zeros on a log axis, another unit under a
+calculator's plot, renamed figures, cases as text) and files it cannot load at all.
 
-The three folders go into one strict build (``LAB_EXTRA_RECORDS`` lists folders as ``PATH``
+The four folders go into one strict build (``LAB_EXTRA_RECORDS`` lists folders as ``PATH``
 does): a build of the book is most of a minute, so one, not three. Each test reads its own
 folder in it: the tabs and Appendix A name the folder, and a claim's verdict names the
 group it came from (``lab-records/<n>-<folder>/...``).
@@ -26,6 +28,7 @@ import pytest
 from examples.lab.compare import compare
 from examples.lab.records import load_records, record_files
 from examples.lab.registry import import_topic
+from tests.reader_folders import broken_reasons, odd_folder
 from tests.test_build import REPO, build, checkable, contradict, page_claims
 
 TOPIC = "graphs.launch_cost"
@@ -44,17 +47,23 @@ def _labels(page: str) -> list[list[str]]:
 
 class Readers(NamedTuple):
     """The readers' folders, in the order of ``LAB_EXTRA_RECORDS`` (so ``lab-records/1-my-run``, ...),
-    the site built with all three, and its output."""
+    the site built with all four, and its output."""
 
     cpu: Path  # a real quick run of TOPIC on this CPU
     breaking: Path  # a slower GPU's run of one claim's topic, that breaks the claim
     one_gpu: Path  # every topic of the book on one H100 (the book's H200 runs, relabelled)
+    odd: Path  # odd and broken records of TOPIC (tests/reader_folders.py)
     site: Path
     output: str
+    odd_files: dict[str, list[Path]]  # the odd folder's files, per oddity (and "broken")
 
     def prefix(self, folder: Path) -> str:
         """Where ``folder``'s runs are in the site, and what its claims' verdicts name as their group."""
-        return f"lab-records/{list(self[:3]).index(folder) + 1}-{folder.name}/"
+        return f"lab-records/{list(self[:4]).index(folder) + 1}-{folder.name}/"
+
+
+#: The odd records the build meets (each its own GPU tab): a few kinds, each failing a different check.
+ODD = ["zeros", "other-units", "renamed-metrics", "text-cases"]
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +76,13 @@ def readers(tmp_path_factory, cli) -> Readers:
     _breaking_run(breaking)
     one_gpu = base / "my-h100"
     _one_gpu_run(one_gpu)
+    odd = base / "odd-run"
+    odd_files = odd_folder(odd, topics=[TOPIC], oddities=ODD)
     site = base / "site"
-    proc = build(REPO, site, LAB_EXTRA_RECORDS=os.pathsep.join(map(str, (cpu, breaking, one_gpu))))
+    proc = build(REPO, site, LAB_EXTRA_RECORDS=os.pathsep.join(map(str, (cpu, breaking, one_gpu, odd))))
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"strict build with the readers' records failed\n{output}"
-    return Readers(cpu, breaking, one_gpu, site, output)
+    return Readers(cpu, breaking, one_gpu, odd, site, output, odd_files)
 
 
 def _one_record(records: Path) -> Path:
@@ -110,7 +121,7 @@ def test_appendix_a_lists_the_readers_records_with_their_provenance(readers):
 def test_the_default_build_has_no_reader_tab(readers, built_site):
     page = (built_site / PAGE).read_text(encoding="utf-8")
     assert BOOK_GPU in page
-    assert not any(folder.name in page for folder in readers[:3])
+    assert not any(folder.name in page for folder in readers[:4])
 
 
 # -- a one-GPU reader's `lab run --all` ------------------------------------------------------
@@ -144,7 +155,7 @@ def _one_gpu_run(records: Path) -> None:
     (records / READER_SLUG / "collectives.ring_allreduce.json").write_text(json.dumps(legacy, indent=1))
 
 
-def _kept(claim: dict, leave_out: str) -> bool:
+def _kept(claim: dict, leave_out: str | tuple[str, ...]) -> bool:
     """The claim holds (on at least one run per GPU), or stale records leave it unverified, never violated:
     as claims.json's ``holds``, ``runs_min`` and ``status`` say, over the verdicts whose group is not under
     ``leave_out`` (the folder whose run breaks a claim on purpose)."""
@@ -177,7 +188,8 @@ def test_a_one_gpu_readers_run_builds_with_a_tab_per_topic_and_the_skipped_one_l
     mine_verdicts = {v["machine"] for c in report["claims"] for v in c["verdicts"]
                      if v["group"].startswith(readers.prefix(records))}
     assert READER_SLUG in machines and mine_verdicts == {READER_SLUG}
-    assert all(_kept(c, leave_out=readers.prefix(readers.breaking)) for c in report["claims"])
+    leave_out = (readers.prefix(readers.breaking), readers.prefix(readers.odd))  # the folders odd on purpose
+    assert all(_kept(c, leave_out=leave_out) for c in report["claims"])
 
 
 def test_compare_pairs_a_one_gpu_readers_run_with_the_book(readers):
@@ -218,7 +230,7 @@ def test_a_readers_gpu_that_breaks_a_claim_is_shown_not_fatal(readers):
     report = json.loads((site / "claims.json").read_text())
     verdicts = next(c["verdicts"] for c in report["claims"]
                     if c["claim"] == claim.describe() and c["page"] == page.relative_to(REPO / "docs").as_posix())
-    others = tuple(readers.prefix(folder) for folder in (readers.cpu, readers.one_gpu))
+    others = tuple(readers.prefix(folder) for folder in (readers.cpu, readers.one_gpu, readers.odd))
     book_machines = {r.machine.slug for r in load_records(REPO / "docs" / "records") if r.topic == claim.topic}
     assert {v["machine"]: v["holds"] for v in verdicts if not v["group"].startswith(others)} == {
         **{m: True for m in book_machines}, "reader-gpu": False}
@@ -226,3 +238,55 @@ def test_a_readers_gpu_that_breaks_a_claim_is_shown_not_fatal(readers):
     shown = (site / page.relative_to(REPO / "docs").with_suffix("").as_posix() / "index.html")
     text = re.sub(r"<[^>]+>", "", shown.read_text(encoding="utf-8"))  # abbreviations wrap "GPU"
     assert "Reader GPU · their-run ✗ VIOLATED" in text
+
+
+# -- a reader's folder the book cannot wholly use --------------------------------------------
+
+def _left_out(output: str) -> dict[str, list[str]]:
+    """The build's reports of readers' files left out: file -> the rest of each line (where, and why)."""
+    found: dict[str, list[str]] = {}
+    for line in output.splitlines():
+        match = re.search(r"records: left out (\S+) from (.*)$", line)
+        if match:
+            found.setdefault(match[1], []).append(match[2])
+    return found
+
+
+def test_a_readers_file_that_does_not_load_is_reported_and_left_out(readers):
+    reports = _left_out(readers.output)
+    for path in readers.odd_files["broken"]:
+        (line,) = reports[str(path)]  # once, when the records are loaded
+        assert line.startswith("the build: ") and broken_reasons()[path.stem] in line, line
+    appendix = html.unescape(re.sub(r"<[^>]+>", "", (readers.site / "appendix-records" / "index.html")
+                                    .read_text(encoding="utf-8")))
+    assert "Left out of this build" in appendix
+    assert all(str(path) in appendix for path in readers.odd_files["broken"])
+    assert "reader-broken" not in (readers.site / PAGE).read_text(encoding="utf-8")
+
+
+def test_a_readers_group_a_figure_cannot_use_is_left_out_of_it_and_shown_where_it_can_be(readers):
+    """Each odd group is left out of what it breaks, with its file and reason, and shown elsewhere."""
+    reports = _left_out(readers.output)
+    (zeros,) = readers.odd_files["zeros"]
+    assert any("lab:plot graphs.launch_cost" in r and "0 drawn" in r for r in reports[str(zeros)]), reports[str(zeros)]
+    (units,) = readers.odd_files["other-units"]
+    assert any("lab:plot" in r and "its y is in furlongs" in r and "anchor=launch-cost" in r
+               for r in reports[str(units)]), reports[str(units)]
+    (renamed,) = readers.odd_files["renamed-metrics"]
+    assert any("lab:claim graphs.launch_cost" in r and "has no metric" in r for r in reports[str(renamed)])
+    (text,) = readers.odd_files["text-cases"]
+    assert any("logx=true needs numeric x values" in r for r in reports[str(text)]), reports[str(text)]
+    page = (readers.site / PAGE).read_text(encoding="utf-8")
+    tabs = _labels(page)
+    # Where they can be used they are: the table of launch costs shows zeros and the other unit.
+    for oddity in ("zeros", "other-units"):
+        label = f"Reader GPU ({oddity}) · {readers.odd.name}"
+        assert any(label in labels for labels in tabs), (oddity, tabs)
+    # The plot a calculator marks has the book's GPUs and none of the odd ones.
+    figures = re.findall(r'<figure[^>]*data-lab-anchor="launch-cost".*?</figure>', page, re.S)
+    assert figures and not any("Reader GPU (" in f for f in figures)
+    # Every report names a file of the folder and says, in one line, what and why.
+    assert all(Path(f).is_relative_to(readers.odd) for f in reports if "odd-run" in f)
+    claims = json.loads((readers.site / "claims.json").read_text())
+    odd_verdicts = [v for c in claims["claims"] for v in c["verdicts"] if v["group"].startswith(readers.prefix(readers.odd))]
+    assert not any(v["machine"] in ("reader-renamed-metrics", "reader-text-cases") for v in odd_verdicts)

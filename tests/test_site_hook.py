@@ -241,7 +241,7 @@ def test_the_primary_kind_s_multi_gpu_machines_come_before_another_kind_s(fixtur
         return store.Group(h200.root, "fixture.multi", (run,), multi_gpu=True)
 
     groups = [on("nvidia-a100", 2), on("nvidia-h100-80gb-hbm3", 4), on(H200, 4), on(H200, 2)]
-    shelf = SimpleNamespace(groups=groups, broken_for=lambda topic: {})
+    shelf = SimpleNamespace(groups=groups, broken_for=lambda topic: {}, hidden=frozenset())
     shelf.topic = lambda topic, primary=None: store.Store.topic(shelf, topic, primary)
     ordered = store.Store.topic(shelf, "fixture.multi", primary=H200)
     assert [g.slug for g in ordered[:2]] == [f"{H200}-x2", f"{H200}-x4"]

@@ -101,25 +101,56 @@ def _run(args) -> int:
         # to import it would decide for all: without a GPU, the interpreter that every topic's
         # CPU path runs on (as compile.triton_kernels asks, were it first).
         os.environ.setdefault("TRITON_INTERPRET", "1")
-
-    from examples.lab.harness import CheckFailed, Unavailable, missing_gpus, requires_cuda, run_measurement
     from examples.lab.provenance import run_id
-    from examples.lab.records import RecordError, write_record
-    from examples.lab.registry import import_topic, measured_topics
+    from examples.lab.registry import measured_topics
 
     topics = _topics(args, measured_topics())
     if not topics:
         print("no topic to run: every committed record matches the code")
         return 0
-    _freeze_imported()
+    _freeze_imported(topics)
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("python -m examples.lab run: error: --device cuda: no CUDA GPU is visible")
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
     command = shlex.join(["python", "-m", "examples.lab", *sys.argv[1:]])
 
     failures, written, skipped, started = [], [], [], time.perf_counter()
-    poisoned_by = None  # a topic whose CUDA error left this process's context unusable
     bar = tqdm(topics, unit="topic", file=sys.stderr, dynamic_ncols=True)
+    try:
+        _run_topics(args, bar, device, command, started, written, skipped, failures)
+    except KeyboardInterrupt:
+        # Ctrl-C: every record written so far is whole (write_record renames a finished file
+        # into place), the topic that was running wrote none; say so in one line, as a shell's 130.
+        bar.close()
+        done = len(written) + len(skipped) + len(failures)
+        print(f"interrupted after {done} topics; {len(written)} records written to {args.out}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    bar.close()
+    for path, seconds in written:
+        print(f"wrote {path} ({seconds:.1f} s)")
+    for line in skipped:
+        print(f"skipped {line}")
+    for line in failures:
+        print(f"FAILED {line}", file=sys.stderr)
+    print(f"run {run_id()}: {len(written)} records in {time.perf_counter() - started:.0f} s, "
+          f"{len(skipped)} skipped, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+#: The exit status of a run stopped by Ctrl-C (SIGINT), as a shell reports it: 128 + 2.
+EXIT_INTERRUPTED = 130
+
+
+def _run_topics(args, bar, device, command: str, started: float, written: list, skipped: list,
+                failures: list) -> None:
+    """Run each topic of ``bar`` and write its record, appending to ``written``, ``skipped`` and
+    ``failures`` as it goes (so that an interrupt leaves them telling what was done)."""
+    from examples.lab.harness import CheckFailed, Unavailable, missing_gpus, requires_cuda, run_measurement
+    from examples.lab.records import RecordError, write_record
+    from examples.lab.registry import import_topic
+
+    topics = list(bar.iterable)
+    poisoned_by = None  # a topic whose CUDA error left this process's context unusable
     for topic in bar:
         bar.set_description(topic)
         if poisoned_by:
@@ -160,29 +191,32 @@ def _run(args) -> int:
             continue
         finally:
             _release_shared(module, topics, topic)
-        written.append((write_record(args.out, record), record.run.wall_s))
-    bar.close()
-    for path, seconds in written:
-        print(f"wrote {path} ({seconds:.1f} s)")
-    for line in skipped:
-        print(f"skipped {line}")
-    for line in failures:
-        print(f"FAILED {line}", file=sys.stderr)
-    print(f"run {run_id()}: {len(written)} records in {time.perf_counter() - started:.0f} s, "
-          f"{len(skipped)} skipped, {len(failures)} failed")
-    return 1 if failures else 0
+        try:
+            written.append((write_record(args.out, record), record.run.wall_s))
+        except RecordError as exc:  # a figure the loader would refuse is never written
+            failures.append(f"{topic}: {exc}")
+        except OSError as exc:
+            failures.append(f"{topic}: cannot write its record under {args.out}: {exc.strerror or exc}")
 
 
-def _freeze_imported() -> None:
-    """Take what is alive now out of the garbage collector's walks: torch and every topic,
-    just imported (modules, classes, functions: alive until the process ends), a few hundred
-    thousand objects. The harness starts each topic with a full collection, which would walk
+def _freeze_imported(topics: list[str]) -> None:
+    """Import the harness and the chosen topics, then take what is alive out of the garbage
+    collector's walks: torch and those modules (classes, functions: alive until the process
+    ends), a few hundred thousand objects. The harness starts each topic with a full collection, which would walk
     them all again: 0.2 to 0.4 s a topic. It still frees all that a topic left behind (made
     after this point), so no figure changes, only the seconds between topics. Unfrozen at exit,
     so that the interpreter's last collection finalizes them as usual."""
     import atexit
     import gc
 
+    from examples.lab import harness  # noqa: F401 - imported before the freeze, as the topics are
+    from examples.lab.registry import import_topic
+
+    for topic in topics:
+        try:
+            import_topic(topic)
+        except Exception:  # noqa: BLE001 - the run reports a topic that cannot load, in its turn
+            pass
     gc.collect()
     gc.freeze()
     atexit.register(gc.unfreeze)
@@ -329,22 +363,40 @@ def _repeat(args) -> int:
     status, started = 0, time.perf_counter()
     for i in range(1, args.repeat + 1):
         print(f"== run {i} of {args.repeat} ==", flush=True)
-        code = subprocess.call([sys.executable, "-m", "examples.lab", *child], env=env)
+        try:
+            code = subprocess.call([sys.executable, "-m", "examples.lab", *child], env=env)
+        except KeyboardInterrupt:  # the run itself got Ctrl-C too and said what it had written
+            print(f"interrupted in run {i} of {args.repeat}; records of finished topics are in {args.out}",
+                  file=sys.stderr)
+            return EXIT_INTERRUPTED
+        if code == EXIT_INTERRUPTED:
+            print(f"interrupted in run {i} of {args.repeat}; records of finished topics are in {args.out}",
+                  file=sys.stderr)
+            return EXIT_INTERRUPTED
         status = status or code
     print(f"{args.repeat} runs in {time.perf_counter() - started:.0f} s" + ("" if status == 0 else ", some failed"))
     return status
 
 
 def _validate(args) -> int:
-    from examples.lab.records import RecordError, load_records
+    from examples.lab.records import RecordError, load_record, record_files
 
-    try:
-        records = load_records(args.dir)
-    except RecordError as exc:
-        fail(f"invalid record: {exc}", status=1)
+    if not args.dir.is_dir():
+        fail(f"invalid record: {args.dir}: no such records folder", status=1)
+    records, errors = 0, []
+    for path in record_files(args.dir):  # every file is checked: one line per invalid one
+        try:
+            load_record(path)
+            records += 1
+        except RecordError as exc:
+            errors.append(f"invalid record: {exc}")
+        except OSError as exc:
+            errors.append(f"invalid record: {path}: cannot be read ({exc.strerror or exc})")
+    if errors:
+        fail("\n".join(errors), status=1)
     if not records:
         fail(f"{args.dir}: no records (expected <machine>/<topic>/<run>.json)", status=1)
-    print(f"{len(records)} records valid under {args.dir}")
+    print(f"{records} records valid under {args.dir}")
     return 0
 
 
@@ -399,7 +451,11 @@ def main(argv: list[str] | None = None) -> int:
     comp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     comp.set_defaults(handler=_compare)
     args = parser.parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt:  # before the first topic (importing torch) or in validate/compare
+        print(f"python -m examples.lab {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -203,6 +203,43 @@ TOPIC_METRICS: dict[str, dict[str, str]] = {
     "stack.matmul_kernel": {"time": "matmul time"},
 }
 
+#: Metrics that are a *difference* (or estimated by one), so either sign is a true reading: the
+#: record validator (``examples.lab.records.check_figure``) lets them be negative, and a
+#: percentage of them pass 100 (a change, not a share). Every other metric of a unit that
+#: cannot be negative (a duration, a size, a rate, a count, a ratio, a percentage) is refused
+#: below zero.
+SIGNED_METRICS: dict[str, str] = {
+    "peer_later": "how much later the other rank started the same all-reduce: negative when it started first",
+    "peer_ready_later": "how much later the other rank's bucket was ready: negative when it was ready first",
+    "tracing_cost": "traced over untraced step, less one (in %): the noise of a cheap trace makes it negative",
+    "over_ideal": "the split step less one GPU's over the GPUs: negative where splitting scales better than that",
+    "transfer": "the all-reduce kernel's duration less its wait for the peer, whose start is on another clock",
+    "first_kernel_delay": "the first kernel's start (profiler clock) less the step's mark (wall clock)",
+    "fit_alpha": "a least-squares slope: noise can put it below zero",
+    "fit_beta": "a least-squares intercept: noise can put it below zero",
+    # A share, but estimated as 1 - 1/speed-up: where noise puts the speed-up below 1, below zero.
+    "allocation_share": "1 - 1/(new tensor over out=): negative when noise makes out= the slower",
+}
+
+#: Metrics that are a part of a whole: in [0, 1] when unitless, in [0, 100] when in %. Every
+#: other ``%`` metric is one too (the validator treats ``%`` as a share unless it is signed);
+#: unitless ones are named here, since most unitless figures (counts, errors) have no top.
+#: ``speed_of_light_fraction`` and the ``fraction_of_*`` figures are ratios to a measured
+#: reference, which a run can beat, so they are not shares.
+SHARES: frozenset[str] = frozenset({
+    "allocation_share", "busy_fraction", "top1_agreement",
+    "kernel_in_code",  # 1 or 0 per run (the name in Inductor's code or not); a median may be 0.5
+})
+
+#: Per topic, metrics that look like a share but are a ratio of two separate measurements (a
+#: profiled step's kernel time over an unprofiled step's time), so above the whole is a true
+#: reading: the validator does not cap them at 100 % (or 1). metric -> why.
+TOPIC_RATIOS: dict[str, dict[str, str]] = {
+    # The kernels' time in five profiled steps over the median of separate, unprofiled steps:
+    # two timings, so it can come out a few per cent above one (Chapter 8 says so).
+    "measuring.profile_mix": {"busy_fraction": "a profiled step's kernel time over an unprofiled step's time"},
+}
+
 #: Case key -> words, where the key is not already the word a reader would use.
 CASE_KEYS: dict[str, str] = {
     "MiB": "working set",

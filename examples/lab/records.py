@@ -11,16 +11,24 @@ machine, merge without conflicts.
 Schema version 1 (one file per machine and topic, ``<slug>/<topic>.json``, no run
 id, clocks read at idle) is still read: it loads as one run whose id is ``v1``.
 
-Every load validates: a malformed record is an error that names its file.
+Every load validates: a malformed record is an error that names its file, and so is
+one that cannot be true (:func:`impossible figures <check_figure>`): statistics out of
+order, a negative duration, size, rate or count, a share outside its range.
 """
 from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
+from datetime import datetime
 from pathlib import Path
-from typing import Literal, NamedTuple, Union
+from typing import Annotated, Literal, NamedTuple, Union
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from examples.lab.metrics import SHARES, SIGNED_METRICS, TOPIC_RATIOS
 
 SCHEMA_VERSION = 2
 #: Versions this code reads; older ones are upgraded on load.
@@ -35,6 +43,73 @@ Scalar = Union[bool, int, float, str, None]
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+#: The error type of a figure that cannot be true; its ``field`` (in the error's context)
+#: continues the error's location down to the one statistic at fault.
+IMPOSSIBLE = "impossible_figure"
+
+
+def _impossible(field: str, why: str) -> PydanticCustomError:
+    return PydanticCustomError(IMPOSSIBLE, "{field}: {why}", {"field": field, "why": why})
+
+
+def _in_order(named: list[tuple[str, float | None]], unit: str = "") -> None:
+    """Raise at the first value of ``named`` (low to high) that is below the one before it."""
+    present = [(name, v) for name, v in named if v is not None]
+    for (low_name, low), (name, value) in zip(present, present[1:]):
+        # A last-bit slack: interpolated quartiles and a median of two may round apart; an edit will not.
+        if value < low - 1e-12 * max(abs(low), abs(value)):
+            order = " ≤ ".join(n for n, _ in named)
+            raise _impossible(name, f"{_quantity(value, unit)} is below {low_name} ({_quantity(low, unit)}), "
+                                    f"out of the order {order}")
+
+
+def _quantity(value: float, unit: str) -> str:
+    return f"{value:g} {unit}" if unit else f"{value:g}"
+
+
+#: What a unit measures, for the units whose figures cannot be negative; a unit not here
+#: (one a reader's example invents) has no sign rule.
+_DURATIONS = {"s", "ms", "us", "µs", "ns"}
+_SIZES = {"B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB"}
+_FREQUENCIES = {"Hz", "kHz", "MHz", "GHz"}
+
+
+def unit_kind(unit: str) -> str | None:
+    """``'ms'`` -> ``'a duration'``: what a figure in ``unit`` is, if it cannot be negative."""
+    if unit in _DURATIONS:
+        return "a duration"
+    if unit in _SIZES:
+        return "a size"
+    if unit.endswith("/s") or unit in _FREQUENCIES or unit == "FLOP/B":
+        return "a rate"
+    return {"": "a count or unitless figure", "x": "a ratio", "%": "a percentage", "W": "a power"}.get(unit)
+
+
+def check_figure(name: str, metric: "Metric", topic: str | None = None, where: str = "") -> None:
+    """Refuse a metric of ``topic`` whose values its unit forbids: below zero for a duration,
+    size, rate, count, ratio or percentage (unless :data:`~examples.lab.metrics.SIGNED_METRICS`
+    declares it a difference), above 1 for a unitless share (:data:`~examples.lab.metrics.SHARES`),
+    above 100 for a percentage that is neither a signed change nor, in its topic, a ratio of two
+    measurements (:data:`~examples.lab.metrics.TOPIC_RATIOS`). The error names the statistic
+    (``where`` + ``metrics.time.min``)."""
+    stats = [(s, getattr(metric, s)) for s in ("min", "q1", "median", "q3", "max")]
+    stats = [(s, v) for s, v in stats if v is not None]
+    signed = name in SIGNED_METRICS
+    kind = None if signed else unit_kind(metric.unit)
+    # A percentage is a share unless it is a signed change or a declared ratio; a unitless share is declared.
+    ratio = name in TOPIC_RATIOS.get(topic or "", {})
+    top = (100.0 if metric.unit == "%" and not (signed or ratio)
+           else 1.0 if metric.unit == "" and name in SHARES and not ratio else None)
+    for stat, value in stats:
+        field = f"{where}metrics.{name}.{stat}"
+        if kind is not None and value < 0:
+            raise _impossible(field, f"{_quantity(value, metric.unit)} is negative, and "
+                                     f"{kind} ({metric.unit or 'no unit'}) cannot be")
+        if top is not None and value > top:
+            raise _impossible(field, f"{_quantity(value, metric.unit)} is more than the "
+                                     f"whole ({_quantity(top, metric.unit)}) of which it is a share")
 
 
 class Load(_Strict):
@@ -61,6 +136,13 @@ class LoadSummary(_Strict):
     samples: int = Field(ge=1)
     interval_ms: float = Field(gt=0, description="sampling period")
 
+    @model_validator(mode="after")
+    def _ordered(self) -> "LoadSummary":
+        _in_order([("sm_mhz_min", self.sm_mhz_min), ("sm_mhz_median", self.sm_mhz_median),
+                   ("sm_mhz_max", self.sm_mhz_max)], "MHz")
+        _in_order([("power_w_median", self.power_w_median), ("power_w_max", self.power_w_max)], "W")
+        return self
+
 
 class Metric(_Strict):
     """One measured (or computed) quantity: its median and its spread."""
@@ -84,6 +166,13 @@ class Metric(_Strict):
             raise ValueError("must be a finite number")
         return v
 
+    @model_validator(mode="after")
+    def _ordered(self) -> "Metric":
+        # Quartiles of one set of samples: a record out of this order was edited or corrupted.
+        _in_order([("min", self.min), ("q1", self.q1), ("median", self.median), ("q3", self.q3),
+                   ("max", self.max)], self.unit)
+        return self
+
     @property
     def iqr(self) -> float | None:
         if self.q1 is None or self.q3 is None:
@@ -102,8 +191,8 @@ class Check(_Strict):
     """A correctness check run before timing: the fast path against a reference."""
 
     name: str
-    rel_error: float
-    tolerance: float
+    rel_error: float = Field(ge=0)
+    tolerance: float = Field(ge=0)
     passed: bool
 
 
@@ -112,11 +201,12 @@ class Machine(_Strict):
     device: Literal["cuda", "cpu"]
     gpu_name: str | None
     gpu_count: int = Field(ge=0)
-    sm_count: int | None
+    sm_count: int | None = Field(ge=1)
     compute_capability: str | None
-    gpu_memory_gib: float | None
-    clocks_mhz: dict[str, float] | None = Field(description="from nvidia-smi before the run: idle, not under load")
-    power_limit_w: float | None = Field(default=None, description="the enforced power limit (NVML)")
+    gpu_memory_gib: float | None = Field(gt=0)
+    clocks_mhz: dict[str, Annotated[float, Field(ge=0)]] | None = Field(
+        description="from nvidia-smi before the run: idle, not under load")
+    power_limit_w: float | None = Field(default=None, gt=0, description="the enforced power limit (NVML)")
     driver: str | None
     cuda: str | None
     cudnn: str | None
@@ -125,7 +215,7 @@ class Machine(_Strict):
     triton: str | None
     python: str
     host_cpu: str
-    host_cores: int
+    host_cores: int = Field(ge=1)
     os: str
 
 
@@ -138,8 +228,20 @@ class Run(_Strict):
     dirty: bool | None
     command: str
     quick: bool
-    host_reference: dict[str, float] | None = Field(
+    host_reference: dict[str, Annotated[float, Field(gt=0)]] | None = Field(
         default=None, description="this run's host speed: a bare Python call (ns) and a tiny device op (us)")
+
+    @field_validator("date")
+    @classmethod
+    def _iso_date(cls, v: str) -> str:
+        # Pages sort runs by this text and print its day: it must be a timestamp with its zone.
+        try:
+            when = datetime.fromisoformat(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not an ISO 8601 timestamp") from None
+        if when.tzinfo is None:
+            raise ValueError(f"{v!r} has no time zone (the runner writes UTC, +00:00)")
+        return v
 
 
 class Method(_Strict):
@@ -151,7 +253,8 @@ class Method(_Strict):
 class Record(_Strict):
     schema_version: Literal[2]
     topic: str = Field(pattern=r"^[a-z0-9_]+\.[a-z0-9_]+$")
-    source: str
+    #: The example's path in the repository: the site hashes that file to tell whether the record is current.
+    source: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]*$", description="relative to the repository, inside it")
     source_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     machine: Machine
     run: Run
@@ -163,10 +266,25 @@ class Record(_Strict):
     notes: dict[str, JsonValue] = {}
     load: LoadSummary | None = Field(default=None, description="clocks and power under load (GPU only)")
 
+    @field_validator("source")
+    @classmethod
+    def _inside(cls, v: str) -> str:
+        if ".." in v.split("/"):
+            raise ValueError(f"{v!r} leaves the repository (a '..' part)")
+        return v
+
     @model_validator(mode="after")
     def _not_empty(self) -> "Record":
         if not self.results and not self.notes:
             raise ValueError("a record holds results, notes or both")
+        return self
+
+    @model_validator(mode="after")
+    def _possible(self) -> "Record":
+        # The sign and range rules need the metric's name and, for a few, its topic.
+        for i, row in enumerate(self.results):
+            for name, metric in row.metrics.items():
+                check_figure(name, metric, self.topic, f"results.{i}.")
         return self
 
     def rows(self, **where: Scalar) -> list[Row]:
@@ -201,14 +319,26 @@ def parse_record(text: str, origin: str) -> Record:
     try:
         record = Record.model_validate(_upgrade(data))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "<top>"
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise RecordError(f"{origin}: {where}: {first['msg']}{more}") from None
+        raise RecordError(f"{origin}: {error_line(exc.errors()[0])}{more}") from None
     failed = [c.name for c in record.checks if not c.passed]
     if failed:
         raise RecordError(f"{origin}: failed correctness checks: {', '.join(failed)}")
     return record
+
+
+def error_line(error: dict) -> str:
+    """One pydantic error as ``where: what``: ``results.3.metrics.time.q1: 0.5 ms is below ...``.
+
+    An impossible figure's error continues its location down to the statistic (its context's
+    ``field``); any error's text is one line, whatever the input held.
+    """
+    loc = [str(p) for p in error["loc"]]
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error.get("type") == IMPOSSIBLE:
+        loc.append(error["ctx"]["field"])
+        message = error["ctx"]["why"]
+    return " ".join(f"{'.'.join(loc) or '<top>'}: {message}".split())
 
 
 def relative_path(record: Record) -> str:
@@ -248,10 +378,34 @@ def dump_record(record: Record) -> str:
 
 
 def write_record(root: Path, record: Record) -> Path:
+    """Write ``record`` under ``root``, whole or not at all: a run killed mid-write leaves
+    the record that was there before (or none), never half a file (a temporary file in the
+    same folder, flushed to disk, then renamed over the record's name)."""
     path = record_path(root, record)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump_record(record), encoding="utf-8")
+    text = dump_record(record)
+    parse_record(text, str(path))  # never write what the loader would refuse
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp's file is private; a record is not
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)  # atomic on one file system: readers see the old file or the new
+    except BaseException:  # KeyboardInterrupt too: no temporary file is left behind
+        try:
+            os.unlink(temporary)
+        except FileNotFoundError:
+            pass
+        raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 #: The book's committed records (``docs/records/<machine>/<topic>/<run>.json``).

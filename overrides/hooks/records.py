@@ -35,7 +35,13 @@ A power figure (``stat=power_w``, the provenance line) names its NVML reading,
 instantaneous or one-second average (``lab_site.power``); a window too short for the
 average has none, shown as "—" with the reason in its title.
 
-A problem in a page or a record stops the build with the page named; a claim that a run
+A reader's records (the roots after the first) never stop the build: a file that does not
+load, or a group of runs that a shortcode or a generated section cannot use (a quick run
+without the figure a table asks for, odd cases, odd units), is left out of what it breaks
+and reported, file and reason, as an INFO line (``records: left out ...``; Appendix A lists
+them too); the rest of the book and the reader's other records build. The book's own
+records stay strict: a problem in a page or in one of them stops the build with the page
+named; a claim that a run
 of the book's GPU records contradicts, or that no GPU record can check, is a warning, so
 ``--strict`` fails. Where every run of a group is stale (its code has changed since) and
 lacks the figure a shortcode asks for, the page says "not yet measured by the current
@@ -45,6 +51,7 @@ with a current run that lacks it is still an error (``lab_site.markdown``). Ever
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import html
 import json
@@ -83,7 +90,7 @@ from lab_site.series import csv_text, machine_series, series_of  # noqa: E402
 log = logging.getLogger("mkdocs.plugins.lab")
 
 #: The keys ``extra.lab`` may hold; any other is a typo and fails the build.
-SETTINGS = {"record_roots", "extra_records_env", "primary_machine"}
+SETTINGS = {"record_roots", "extra_records_env", "primary_machine", "own_machines"}
 CLAIMS_FILE = "claims.json"
 
 
@@ -93,6 +100,7 @@ class _State:
     roots: list[str] = field(default_factory=lambda: ["docs/records"])
     env: str | None = None
     primary: str | None = None
+    own: list[str] | None = None  # the GPUs the book measured itself; others in its folder were contributed
     store: store.Store = field(default_factory=store.Store)
     claims: list[claims_mod.ClaimResult] = field(default_factory=list)
     plots: dict[str, dict[str, str]] = field(default_factory=dict)  # page -> token -> <figure>
@@ -120,7 +128,10 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
         roots=roots,
         env=lab.get("extra_records_env"),
         primary=lab.get("primary_machine"),
+        own=lab.get("own_machines"),
     )
+    if state.own is not None and (not isinstance(state.own, list) or not all(isinstance(m, str) for m in state.own)):
+        raise PluginError("extra.lab.own_machines must be a list of machine slugs")
     return config
 
 
@@ -130,9 +141,20 @@ def on_pre_build(config: MkDocsConfig) -> None:
         roots = store.roots_from(state.config_dir, Path(config.docs_dir), state.roots, env_value)
     except LabError as exc:
         raise PluginError(f"records: {exc}") from None
-    state.store = store.load(roots, state.config_dir)
+    state.store = store.load(roots, state.config_dir, state.own)
+    for slug in sorted({e.slug for e in state.store.entries if e.contributed}):
+        log.info("records: %s is a contributed GPU (not in extra.lab.own_machines): its tabs say so, and "
+                 "a claim it contradicts is shown as contradicted, not a failed build", slug)
     log.info("records: %d runs in %d groups loaded from %s", len(state.store.entries), len(state.store.groups),
              ", ".join(str(r.path) for r in roots))
+    for path, reason in state.store.left_out.items():
+        _report_left_out(path, reason)
+
+
+def _report_left_out(path: Path, reason: str, where: str = "the build") -> None:
+    """One INFO line per reader's file the book cannot use (never a warning: ``--strict`` builds a
+    reader's folder too)."""
+    log.info("records: left out %s from %s: %s", path, where, reason)
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
@@ -147,10 +169,7 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
     src = page.file.src_uri
     try:
         markdown = page_dates.with_measured_on(markdown, state.store, state.primary)
-        markdown = generated.expand(markdown, lambda name: generated.render_named(
-            name, store=state.store, primary=state.primary, nav=config.nav or [],
-            docs_dir=Path(config.docs_dir), glossary_path=state.config_dir / "snippets" / "glossary.md",
-            page_src=src))
+        markdown = generated.expand(markdown, lambda name: _generated(name, config, src))
         markdown = shortcodes.expand(markdown, lambda req, code: _render(req, code, page))
         _check_markers(page)
         return markdown
@@ -168,7 +187,7 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
 
 
 def on_post_build(config: MkDocsConfig) -> None:
-    if state.store.broken:
+    if state.store.broken:  # the book's own files only: a reader's are left out when loaded
         listing = "; ".join(f"{p}: {m}" for p, m in state.store.broken.items())
         raise PluginError(f"records: malformed record(s) that no page uses yet: {listing}")
     report = {
@@ -212,7 +231,7 @@ def _book_gpus() -> list[store.Group]:
     calculators offer as GPU presets (only a machine's slug and name are used)."""
     seen: dict[str, store.Group] = {}
     for g in state.store.groups:
-        if g.root.index == 0 and g.is_gpu and g.runs and g.runs[0].record.machine.gpu_count == 1:
+        if g.root.index == 0 and g.is_gpu and not g.contributed and g.runs and g.runs[0].record.machine.gpu_count == 1:
             seen.setdefault(g.slug, g)
     return sorted(seen.values(), key=lambda g: (g.slug != state.primary, g.slug))
 
@@ -226,7 +245,164 @@ def _note_stale(page: Page, groups: list[store.Group]) -> None:
                      page.file.src_uri, g.topic, g.slug, g.stale_reason)
 
 
+def _generated(name: str, config: MkDocsConfig, src: str) -> str:
+    """A generated section; a reader's group that breaks it is left out of the whole build (the
+    sections read every group: Appendix A, the seconds, the claims) and reported."""
+    def render(records: store.Store) -> str:
+        return generated.render_named(
+            name, store=records, primary=state.primary, nav=config.nav or [], docs_dir=Path(config.docs_dir),
+            glossary_path=state.config_dir / "snippets" / "glossary.md", page_src=src)
+
+    try:
+        return render(state.store)
+    except Exception:  # noqa: BLE001 - any error a reader's odd record causes; the book's re-raised
+        readers = [g for g in state.store.groups if g.root.index > 0]
+        if not readers:
+            raise
+    book = [g for g in state.store.groups if g.root.index == 0]
+
+    def with_groups(groups: list[store.Group]) -> store.Store:
+        keys = {id(e) for g in groups for e in (*g.runs, *g.left_out)}
+        return dataclasses.replace(state.store, groups=groups, entries=[
+            e for e in state.store.entries if e.root.index == 0 or id(e) in keys or e.skipped])
+
+    render(with_groups(book))  # the book's own records alone: an error here is the book's, raised
+    for g in readers:
+        try:
+            render(with_groups([*book, g]))
+        except Exception as exc:  # noqa: BLE001 - this group breaks the section: out of the build
+            _drop(g, exc, f"lab:generated {name} on {src}")
+    try:
+        return render(state.store)
+    except Exception as exc:  # noqa: BLE001 - each renders alone, not together: the book's records alone
+        for g in [g for g in state.store.groups if g.root.index > 0]:
+            _drop(g, exc, f"lab:generated {name} on {src}")
+        return render(state.store)
+
+
+def _drop(group: store.Group, exc: BaseException, where: str) -> None:
+    reason = _reason(exc)
+    state.store.drop(group, reason)
+    for e in (*group.runs, *group.left_out):
+        _report_left_out(e.path, reason, where)
+
+
+def _reason(exc: BaseException) -> str:
+    """An error as one line: a LabError's message, any other's type and first line."""
+    text = " ".join(str(exc).split())
+    return text if isinstance(exc, LabError) else f"{type(exc).__name__}: {text}"
+
+
+def _reader_groups(req: shortcodes.Request) -> list[store.Group]:
+    """The readers' groups a shortcode may draw: of its topics, or every one (a calculator looks up its own)."""
+    topics = getattr(req, "topics", None) or ([req.topic] if getattr(req, "topic", None) else None)
+    return [g for g in state.store.groups if g.root.index > 0 and g.key not in state.store.hidden
+            and (topics is None or g.topic in topics)]
+
+
+def _snapshot(page: Page) -> tuple:
+    """What rendering a shortcode adds to the build's state, to put back before rendering it again."""
+    src = page.file.src_uri
+    return (state.figures.get(src), dict(state.plots.get(src, {})), dict(state.csv), len(state.claims),
+            dict(state.anchors.get(src, {})), list(state.marked.get(src, [])))
+
+
+def _restore(page: Page, snapshot: tuple) -> None:
+    src = page.file.src_uri
+    figures, plots, csv, claims, anchors, marked = snapshot
+    if figures is None:
+        state.figures.pop(src, None)
+    else:
+        state.figures[src] = figures
+    # Copies: a snapshot is put back more than once, and rendering adds to what it is given.
+    state.plots[src], state.csv, state.anchors[src] = dict(plots), dict(csv), dict(anchors)
+    state.marked[src] = list(marked)
+    del state.claims[claims:]
+
+
 def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> str:
+    """One shortcode; a reader's group that breaks it is left out of it, with a report, and the
+    shortcode rendered again (the book's records alone must render: their error is raised)."""
+    snapshot = _snapshot(page)
+    try:
+        return _render_one(req, code, page)
+    except Exception:  # noqa: BLE001 - any error a reader's odd record causes; the book's re-raised
+        readers = _reader_groups(req)
+        if not readers:
+            raise
+    keys = {g.key for g in readers}
+    failing: dict[str, tuple[store.Group, Exception]] = {}
+    if getattr(req, "topic", None) or getattr(req, "topics", None):
+        # Cheap first: each reader's group alone (one tab), the book's hidden.
+        book = {g.key for g in state.store.groups if g.root.index == 0}
+        for g in readers:
+            error = _try(req, code, page, snapshot, book | (keys - {g.key}))
+            if error is not None:
+                failing[g.key] = (g, error)
+        _restore(page, snapshot)
+        try:
+            with state.store.hiding(state.store.hidden | set(failing)):
+                out = _render_one(req, code, page)
+        except Exception:  # noqa: BLE001 - they fail beside the book's only: the thorough way below
+            failing = {}
+        else:
+            _report_failing(page, code, failing)
+            return out
+    # Each reader's group beside the book's; the book's alone first, whose error is the book's own.
+    _restore(page, snapshot)
+    with state.store.hiding(state.store.hidden | keys):
+        _render_one(req, code, page)
+    for g in readers:
+        error = _try(req, code, page, snapshot, keys - {g.key})
+        if error is not None:
+            failing[g.key] = (g, error)
+    _restore(page, snapshot)
+    try:
+        with state.store.hiding(state.store.hidden | set(failing)):
+            out = _render_one(req, code, page)
+    except Exception as exc:  # noqa: BLE001 - each renders beside the book's, not all together
+        failing = {g.key: (g, exc) for g in readers}
+        _restore(page, snapshot)
+        with state.store.hiding(state.store.hidden | keys):
+            out = _render_one(req, code, page)
+    _report_failing(page, code, failing)
+    return out
+
+
+def _try(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page, snapshot: tuple,
+         hide: set[str]) -> Exception | None:
+    """Render the shortcode with the groups of ``hide`` left out, quietly, and put the state back:
+    the error it raised, or None."""
+    _restore(page, snapshot)
+    log.addFilter(_silent)  # a trial's warnings are not the build's: the final render says what holds
+    try:
+        with state.store.hiding(state.store.hidden | hide):
+            _render_one(req, code, page)
+        return None
+    except Exception as exc:  # noqa: BLE001
+        return exc
+    finally:
+        log.removeFilter(_silent)
+        _restore(page, snapshot)
+
+
+def _silent(record: logging.LogRecord) -> bool:
+    return False
+
+
+def _report_failing(page: Page, code: shortcodes.Shortcode,
+                    failing: dict[str, tuple[store.Group, Exception]]) -> None:
+    for g, exc in failing.values():
+        _left_out_of(page, code, g, exc)
+
+
+def _left_out_of(page: Page, code: shortcodes.Shortcode, group: store.Group, exc: BaseException) -> None:
+    reason = _reason(exc).removeprefix(code.text + ": ")
+    for e in group.runs:
+        _report_left_out(e.path, reason, f"{page.file.src_uri} {code.text}")
+
+
+def _render_one(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> str:
     try:
         if isinstance(req, shortcodes.TableRequest):
             groups = state.store.topic(req.topic, state.primary)
@@ -246,8 +422,11 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
                 groups = state.store.topic(req.topic, state.primary)
                 _note_stale(page, groups)
                 made: list[str] = []  # the figure ids of this plot's tabs so far
+                drawn: list[tuple[store.Group, str]] = []
                 out = render.plot(req, groups, _link(page),
-                                  lambda g: _plot(req, g, page, keys, xs, number, made, units))
+                                  lambda g: _plot(req, g, page, keys, xs, number, made, units, drawn))
+                if req.anchor is not None:
+                    units = _anchored_units(req, drawn)
             if req.anchor is not None:
                 anchors[req.anchor] = calculators.PlotInfo(req.kind, req.xunit, frozenset(units))
             # A legend is checked against the series drawn, order= against the x values drawn; where
@@ -374,9 +553,11 @@ def _drawn_x(series: list) -> set[str]:
 
 
 def _plot(req: shortcodes.PlotRequest, group: store.Group, page: Page, keys: set[str], xs: set[str],
-          number: int, made: list[str], units: set[str]) -> tuple[str, list]:
+          number: int, made: list[str], units: set[str], drawn: list | None = None) -> tuple[str, list]:
     series, unit, figures = series_of(req, group)
     units.add(unit)
+    if drawn is not None:
+        drawn.append((group, unit))
     keys.update(s.key for s in series if s.key is not None)
     xs.update(_drawn_x(series))
     token, digest = _placeholder(page)
@@ -387,6 +568,17 @@ def _plot(req: shortcodes.PlotRequest, group: store.Group, page: Page, keys: set
     _figure(page, token, svg, number=number, made=made, group=group, caption=_caption(req, unit),
             csv=csv_text(series, req, unit), points=sum(len(s.points) for s in series), anchor=req.anchor)
     return token, figures
+
+
+def _anchored_units(req: shortcodes.PlotRequest, drawn: list[tuple[store.Group, str]]) -> set[str]:
+    """The y units a calculator may mark on an ``anchor=`` plot: the book's tabs'. A reader's tab in
+    another unit would be marked wrongly, so it cannot be drawn there (the hook leaves it out)."""
+    book = {unit for g, unit in drawn if g.root.index == 0}
+    for g, unit in drawn:
+        if book and unit not in book:
+            raise LabError(f"{g.label}: its y is in {unit}, the book's tabs' in {', '.join(sorted(book))}; "
+                           f"a calculator marks this plot (anchor={req.anchor}) in the book's unit")
+    return book or {unit for _, unit in drawn}
 
 
 def _machine_plot(req: shortcodes.PlotRequest, page: Page, number: int, keys: set[str], xs: set[str],
@@ -448,7 +640,8 @@ def _claim(req: shortcodes.ClaimRequest, code: shortcodes.Shortcode, page: Page)
     state.claims.append(result)
     if not result.verdicts:
         log.warning("%s: claim '%s' has no GPU record to check it against", src, req.describe())
-    readers = {g.key for g in groups if g.root.index > 0}
+    # A reader's folder or a contributed GPU: its contradiction is a finding on the page, not a failed build.
+    readers = {g.key for g in groups if g.root.index > 0 or g.contributed}
     for v in result.unverified:
         # Records made by earlier code that lack the figure cannot check the claim: shown as
         # unverified on the badge (and in claims.json and Appendix A) until the GPU reruns.
@@ -462,4 +655,20 @@ def _claim(req: shortcodes.ClaimRequest, code: shortcodes.Shortcode, page: Page)
                req.describe(), v.machine, format_quantity(v.worst, v.unit), req.op, req.bound, v.failing,
                plural(v.runs, "run"), v.record)
     _note_stale(page, groups)
-    return render.claim(result, {g.key: g.short_label for g in groups})
+    badges = render.claim(result, {g.key: g.short_label for g in groups})
+    return badges + _contradictions(result, [g for g in groups if g.contributed], page)
+
+
+def _contradictions(result: claims_mod.ClaimResult, contributed: list[store.Group], page: Page) -> str:
+    """After a claim's badges: each contributed GPU that contradicts it, with its record, in words."""
+    labels = {g.key: g.label for g in contributed}
+    found = [v for v in result.violated if v.group in labels]
+    if not found:
+        return ""
+    url = page.url
+    base = (url.rstrip("/") if url.endswith("/") else posixpath.dirname(url)) or "."
+    items = ", ".join(f'<a href="{html.escape(posixpath.relpath(v.record, base), quote=True)}">'
+                      f"{html.escape(labels[v.group], quote=False)}</a> measured "
+                      f"{html.escape(format_quantity(v.worst, v.unit), quote=False)}" for v in found)
+    return (f' <span class="lab-claim-contradicted">(contradicted by a contributed record: {items}; '
+            "the book measured its own GPUs only)</span>")

@@ -213,6 +213,8 @@ def machines(store: Store, primary: str | None) -> str:
         m = max(runs, key=lambda e: e.record.run.date).record.machine
         count = max(e.record.machine.gpu_count for e in runs)
         gpu = f"{count} × {m.gpu_name}" if count > 1 else (m.gpu_name or f"none (CPU: {m.host_cpu})")
+        if groups[0].contributed:  # a GPU the book does not own: a reader's records, in the book's folder
+            gpu += " (contributed)"
         memory = f"{m.gpu_memory_gib:g} GiB" if m.gpu_memory_gib else "—"
         cells = [f"`{slug}`", gpu, str(m.sm_count or "—"), memory, m.driver or "—", m.cuda or "—", m.torch,
                  m.triton or "—", str(len(groups)), int_span(len(g.runs) for g in groups),
@@ -441,6 +443,11 @@ def summary(store: Store, topics: Collection[str] | None = None) -> str:
                      f"{bad} noisy" + (f", {len(skipped)} topics skipped" if skipped else ""))
     head = (f"{plural(total, 'figure')}, {noisy} noisy (their runs differ by more than {NOISY * 100:g} % of "
             f"the median: shown with ⚠). Each figure is the median across its runs of each run's median.")
+    if topics is None and store.left_out:  # a reader's files the book could not use, and why
+        lines += ["", f"Left out of this build: {plural(len(store.left_out), 'record')} of your own "
+                      "that the book cannot use (the build's log says where each was to be shown):", ""]
+        lines += [f"- `{html.escape(str(path), quote=False)}`: {html.escape(reason, quote=False)}"
+                  for path, reason in sorted(store.left_out.items())]
     return "\n".join([head, "", *lines])
 
 
@@ -476,7 +483,9 @@ def claims(store: Store, pages: Sequence[Page], primary: str | None, page_src: s
         if len(said) != len(requests):  # cannot pair them: the check alone, as before
             said = [None] * len(requests)
         for req, context in zip(requests, said):
-            groups = store.gpu(req.topic, primary)
+            # A reader's group the claim cannot be checked on (its page left it out and said why) is
+            # left out here too; the book's own are all checked, their error raised.
+            groups = [g for g in store.gpu(req.topic, primary) if g.root.index == 0 or _checkable(req, g)]
             result = claims_mod.evaluate(page.src, req, groups)
             badges = render.claim(result, {g.key: g.short_label for g in groups})
             claim = req.describe().replace("|", "\\|").replace("`", "'")  # a code span: no HTML escapes
@@ -495,6 +504,15 @@ def claims(store: Store, pages: Sequence[Page], primary: str | None, page_src: s
     if not count:
         raise LabError("no page states a claim")
     return "\n".join(lines)
+
+
+def _checkable(req: shortcodes.ClaimRequest, group: Group) -> bool:
+    try:
+        if claims_mod.can_measure(req, group):
+            claims_mod.verdict(req, group)
+        return True
+    except Exception:  # noqa: BLE001 - any error of a reader's odd record: not checkable
+        return False
 
 
 def claim_count(page: Page) -> int:

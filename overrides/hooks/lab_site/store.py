@@ -4,9 +4,10 @@ Records live in ``<root>/<machine slug>/<topic>/<run id>.json`` (schema 2; the l
 ``<root>/<machine slug>/<topic>.json`` of schema 1 loads as run ``v1``). The book's own
 root comes first (``docs/records``); further roots (a reader's own runs) follow and are
 labelled with their folder name. Every file is validated with the lab's own loader; a
-file that does not load is kept as *broken* with its message, so the page that asks
-for its topic can say which page and which file, and the build can still fail on broken
-files no page uses.
+file of the book's own that does not load is kept as *broken* with its message, so the page
+that asks for its topic can say which page and which file, and the build can still fail on
+broken files no page uses. A reader's file that does not load is *left out* instead
+(:attr:`Store.left_out`, with its reason): a reader's folder never breaks the book.
 
 A page shows *groups*, not files: the runs of one topic on one kind of machine under
 one root (:class:`Group`). When some runs of a group are current and others were made
@@ -17,11 +18,12 @@ wrote these) belongs to no group; Appendix A lists it.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import os
 import posixpath
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +31,10 @@ from examples.lab.provenance import source_sha256
 from examples.lab.records import Record, RecordError, load_record, record_files
 
 from lab_site import LabError
+
+
+#: How a tab names runs on a GPU the book does not own, contributed to its records.
+CONTRIBUTED = "contributed"
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,8 @@ class Entry:
     site_uri: str
     stale: bool
     stale_reason: str | None = None
+    #: A GPU the book does not own, whose records a reader contributed to the book's own folder.
+    contributed: bool = False
 
     @property
     def slug(self) -> str:
@@ -116,14 +124,22 @@ class Group:
         return f"{self.root.site_prefix}/{self.slug}/{self.topic}"
 
     @property
+    def contributed(self) -> bool:
+        """Runs on a GPU the book does not own, contributed to its records (``docs/records/<their gpu>/``)."""
+        return self.runs[-1].contributed
+
+    @property
     def label(self) -> str:
-        """The tab title: the GPU's name (``2 × `` for a multi-GPU topic), or the host CPU."""
+        """The tab title: the GPU's name (``2 × `` for a multi-GPU topic), or the host CPU; a reader's
+        folder's name after it, or ``contributed``."""
         m = self.record.machine
         if self.is_gpu and m.gpu_name:
             name = f"{m.gpu_count} × {m.gpu_name}" if self.multi_gpu and m.gpu_count > 1 else m.gpu_name
         else:
             name = f"CPU: {m.host_cpu}"
-        return f"{name} · {self.root.label}" if self.root.label else name
+        if self.root.label:
+            return f"{name} · {self.root.label}"
+        return f"{name} · {CONTRIBUTED}" if self.contributed else name
 
     @property
     def short_label(self) -> str:
@@ -140,6 +156,29 @@ class Store:
     #: The topic each broken file's path names.
     broken_topics: dict[Path, str] = field(default_factory=dict)
     groups: list[Group] = field(default_factory=list)
+    #: A reader's files the book cannot use: path -> why. Reported by the hook, never fatal.
+    left_out: dict[Path, str] = field(default_factory=dict)
+    #: Group keys :meth:`topic` leaves out for now (:meth:`hiding`).
+    hidden: frozenset[str] = frozenset()
+
+    @contextlib.contextmanager
+    def hiding(self, keys: Iterable[str]):
+        """Within the block, :meth:`topic` (and so every lookup) leaves out the groups of ``keys``:
+        the hook renders a shortcode again without a reader's group that breaks it."""
+        before, self.hidden = self.hidden, frozenset(keys)
+        try:
+            yield
+        finally:
+            self.hidden = before
+
+    def drop(self, group: Group, reason: str) -> None:
+        """Leave a reader's ``group`` out of the whole build (its files with ``reason``)."""
+        assert group.root.index > 0, "the book's own records are never left out"
+        self.groups = [g for g in self.groups if g is not group]
+        files = {id(e) for e in (*group.runs, *group.left_out)}
+        for e in (*group.runs, *group.left_out):
+            self.left_out[e.path] = reason
+        self.entries = [e for e in self.entries if id(e) not in files]
 
     @property
     def skipped(self) -> list[Entry]:
@@ -155,7 +194,7 @@ class Store:
         if broken:
             path, message = next(iter(broken.items()))
             raise LabError(f"record {path} of topic {topic} is malformed: {message}")
-        found = [g for g in self.groups if g.topic == topic]
+        found = [g for g in self.groups if g.topic == topic and g.key not in self.hidden]
         # The primary machine's kind first (its 2- and 4-GPU machines too), that machine itself first.
         return sorted(found, key=lambda g: (not g.is_gpu, primary is None or not of_kind(g.slug, primary),
                                             g.slug != primary, g.root.index, g.label))
@@ -210,8 +249,12 @@ def roots_from(config_dir: Path, docs_dir: Path, paths: Sequence[str], env_value
     return roots
 
 
-def load(roots: Iterable[Root], repo_root: Path) -> Store:
-    """Load and validate every record under ``roots``; check each against its source file; group the runs."""
+def load(roots: Iterable[Root], repo_root: Path, own: Collection[str] | None = None) -> Store:
+    """Load and validate every record under ``roots``; check each against its source file; group the runs.
+
+    ``own``: the kinds of GPU the book measured itself (``extra.lab.own_machines``); a machine of the
+    book's own folder that is of none of them was contributed (None: every machine is the book's).
+    """
     store = Store()
     hashes = _Hashes(repo_root)
     for root in roots:
@@ -219,14 +262,21 @@ def load(roots: Iterable[Root], repo_root: Path) -> Store:
             relative = path.relative_to(root.path)
             try:
                 record = load_record(path)
-            except RecordError as exc:
+                stale, reason = hashes.staleness(record)
+            except (RecordError, LabError, OSError, ValueError) as exc:
+                if root.index > 0:  # a reader's file: reported and left out, the book builds
+                    store.left_out[path] = " ".join(str(exc).removeprefix(f"{path}: ").split())
+                    continue
+                if not isinstance(exc, RecordError):
+                    raise
                 store.broken[path] = str(exc)
                 # <slug>/<topic>.json (legacy) or <slug>/<topic>/<run>.json
                 store.broken_topics[path] = relative.stem if len(relative.parts) == 2 else relative.parts[1]
                 continue
-            stale, reason = hashes.staleness(record)
             uri = posixpath.join(root.site_prefix, relative.as_posix())
-            store.entries.append(Entry(record, path, root, uri, stale, reason))
+            contributed = (root.index == 0 and own is not None
+                           and not any(of_kind(record.machine.slug, kind) for kind in own))
+            store.entries.append(Entry(record, path, root, uri, stale, reason, contributed))
     store.groups = group_runs([e for e in store.entries if not e.skipped], repo_root)
     return store
 
