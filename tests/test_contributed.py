@@ -36,7 +36,7 @@ CLAIM = "<!-- lab:claim graphs.launch_cost speedup >= 4 kernels=1024 mode=graph 
 @pytest.fixture
 def contributed(tmp_path) -> Path:
     """``<tmp>/records``: the book's H200 runs of TOPIC, and a contributed RTX 4090 folder made from its
-    H100 runs (three runs, one contradicting CLAIM)."""
+    H100 runs (one of them contradicting CLAIM)."""
     root = tmp_path / "records"
     shutil.copytree(BOOK_RECORDS / OWN / TOPIC, root / OWN / TOPIC)
     for path in sorted((BOOK_RECORDS / "nvidia-h100-80gb-hbm3" / TOPIC).glob("*.json")):
@@ -68,7 +68,8 @@ def hook(contributed, tmp_path, monkeypatch):
 
 def test_the_contributed_folder_validates_as_the_books_own(contributed):
     records = load_records(contributed)
-    assert {r.machine.slug for r in records} == {OWN, THEIRS} and len(records) == 6
+    copied = len(list(contributed.glob(f"*/{TOPIC}/*.json")))  # the book's runs of both GPUs
+    assert {r.machine.slug for r in records} == {OWN, THEIRS} and len(records) == copied >= 6
 
 
 def test_a_contributed_gpu_is_a_further_tab_marked_contributed(hook):

@@ -340,7 +340,6 @@ def _repeat(args) -> int:
     if not topics:
         print("no topic to run: every committed record matches the code")
         return 0
-    _freeze_imported()
     # Drop "--repeat N" / "--repeat=N" and run the rest as it was given. With --stale, every
     # run gets the topics found stale now, by name: with --out docs/records the first run
     # would make them current, and the runs after it would find nothing to run.
