@@ -225,18 +225,28 @@ def _serve(request_fd: int, answer_fd: int) -> dict:
     """Answers requests until the client closes its pipe; returns only in a forked child, with its request."""
     import importlib
 
-    read = set()
+    read, scans = set(), []
 
-    # os.environ, noting each variable read by name while PRELOAD is imported (a scan of them all is
-    # not noted: tqdm's, the only one, looks for its own TQDM_ variables).
+    # os.environ, noting each variable read by name while PRELOAD is imported. A scan of them all
+    # (items(), values(), a loop) is not noted: tqdm's, the only one, looks for its own TQDM_
+    # variables, and noting it would take in every variable there is, PYTEST_CURRENT_TEST too.
     class Recorded(type(os.environ)):
         def __getitem__(self, key):
-            read.add(key)
+            if not scans:
+                read.add(key)
             return super().__getitem__(key)
 
         def __contains__(self, key):
-            read.add(key)
+            if not scans:
+                read.add(key)
             return super().__contains__(key)
+
+        def __iter__(self):
+            scans.append(True)
+            try:
+                yield from super().__iter__()
+            finally:
+                scans.pop()
 
     kind, os.environ.__class__ = os.environ.__class__, Recorded
     try:
