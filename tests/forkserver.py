@@ -40,9 +40,10 @@ PRELOAD = ("torch", "numpy", "pydantic.main", "tqdm")
 #: the communication libraries and the tests, none of which PRELOAD imports (Triton reads
 #: TRITON_INTERPRET when it is imported, by the child). They matter because the suite's own process
 #: sets some as it imports or runs an example in-process (Inductor's TORCHINDUCTOR_CACHE_DIR,
-#: ring_allreduce's NCCL_NVLS_ENABLE, triton_ptx's TRITON_DEFAULT_FP_FUSION): each command after
+#: ring_allreduce's NCCL_NVLS_ENABLE, triton_ptx's TRITON_DEFAULT_FP_FUSION, Material's
+#: NO_MKDOCS_2_WARNING): each command after
 #: that, on that worker, went to a fresh interpreter, most of the suite's commands.
-ENV_FREE = ("TRITON_INTERPRET",)
+ENV_FREE = ("TRITON_INTERPRET", "NO_MKDOCS_2_WARNING")  # Material's import sets the latter, in-process
 ENV_FREE_PREFIXES = ("PYTEST_", "LAB_", "TRITON_", "TORCHINDUCTOR_", "NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
 OFF = "LAB_TESTS_FORKSERVER"  # =0: every command in a fresh interpreter
 

@@ -8,8 +8,11 @@ def test_the_server_serves_later_tests_and_refuses_what_its_imports_read(cli):
     server = cli._server()
     assert server is not None, "the fork server did not start"
     leaked = {"PYTEST_CURRENT_TEST": "a later test", "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_x",
-              "NCCL_NVLS_ENABLE": "0", "TRITON_DEFAULT_FP_FUSION": "1", "TRITON_INTERPRET": "1"}
-    assert server.usable_for(cli.cpu_env(**leaked))
+              "NCCL_NVLS_ENABLE": "0", "TRITON_DEFAULT_FP_FUSION": "1", "TRITON_INTERPRET": "1",
+              "NO_MKDOCS_2_WARNING": "true"}
+    env = cli.cpu_env(**leaked)
+    differ = sorted(k for k in env.keys() | server.env.keys() if env.get(k) != server.env.get(k))
+    assert server.usable_for(env), f"the server is refused a command that differs from it in {differ}"
     assert not server.usable_for(cli.cpu_env(PYTHONPATH="/elsewhere"))  # changes what is imported
     # Read by torch's config while the server imported it: a command that sets it differently runs fresh.
     assert "TORCHINDUCTOR_FORCE_DISABLE_CACHES" in server.read
