@@ -15,7 +15,10 @@ quicker than a child whose exit tears down the torch it never used.
 
 A command whose environment differs from the server's in anything but ``ENV_FREE`` (say a
 ``PYTHONPATH``, which changes what is imported) runs in a fresh interpreter, as does every command
-where the server cannot start, and all of them with ``LAB_TESTS_FORKSERVER=0``.
+where the server cannot start, and all of them with ``LAB_TESTS_FORKSERVER=0``. The variables of
+``ENV_FREE`` are those that importing ``PRELOAD`` does not read: the server records every variable
+that its imports read through ``os.environ``, and one of them that differs still means a fresh
+interpreter.
 
 Run as a script, this file is the server: requests and answers are JSON lines on two pipes
 (the file descriptors in ``argv``).
@@ -33,10 +36,15 @@ from pathlib import Path
 #: the records). Not Dynamo: it imports Triton, which fixes at import whether it interprets
 #: (TRITON_INTERPRET), and an example may set that itself before it imports Triton.
 PRELOAD = ("torch", "numpy", "pydantic.main", "tqdm")
-#: Variables a command may set differently from the server's environment: none of them is read
-#: while PRELOAD is imported (Triton reads TRITON_INTERPRET when it is imported, by the child).
-ENV_FREE = ("TRITON_INTERPRET",)
-ENV_FREE_PREFIXES = ("PYTEST_", "LAB_")
+#: Variables a command may set differently from the server's environment: those of the compilers,
+#: the communication libraries and the tests, none of which PRELOAD imports (Triton reads
+#: TRITON_INTERPRET when it is imported, by the child). They matter because the suite's own process
+#: sets some as it imports or runs an example in-process (Inductor's TORCHINDUCTOR_CACHE_DIR,
+#: ring_allreduce's NCCL_NVLS_ENABLE, triton_ptx's TRITON_DEFAULT_FP_FUSION, Material's
+#: NO_MKDOCS_2_WARNING): each command after
+#: that, on that worker, went to a fresh interpreter, most of the suite's commands.
+ENV_FREE = ("TRITON_INTERPRET", "NO_MKDOCS_2_WARNING")  # Material's import sets the latter, in-process
+ENV_FREE_PREFIXES = ("PYTEST_", "LAB_", "TRITON_", "TORCHINDUCTOR_", "NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
 OFF = "LAB_TESTS_FORKSERVER"  # =0: every command in a fresh interpreter
 
 
@@ -133,7 +141,10 @@ class ForkServer:
         os.close(request_r)
         os.close(answer_w)
         self._pending = b""  # read from the answer pipe, not yet a whole line
-        self.alive = self._read(timeout=180) == {"ready": True}
+        ready = self._read(timeout=180) or {}
+        self.alive = ready.get("ready") is True
+        #: The variables the server's imports read (through os.environ): never free to differ.
+        self.read = frozenset(ready.get("read", ()))
 
     def _read(self, timeout: float):
         """The next answer; None if none comes within ``timeout`` s or the server is gone."""
@@ -156,7 +167,7 @@ class ForkServer:
         if not self.alive or self.proc.poll() is not None:
             return False
         differ = {k for k in env.keys() | self.env.keys() if env.get(k) != self.env.get(k)}
-        return all(k in ENV_FREE or k.startswith(ENV_FREE_PREFIXES) for k in differ)
+        return all((k in ENV_FREE or k.startswith(ENV_FREE_PREFIXES)) and k not in self.read for k in differ)
 
     def run(self, args: list[str], env: dict[str, str], timeout: float):
         """``python -X faulthandler ARGS`` in a forked child: (returncode, stdout, stderr, timed_out)."""
@@ -215,8 +226,35 @@ def _serve(request_fd: int, answer_fd: int) -> dict:
     """Answers requests until the client closes its pipe; returns only in a forked child, with its request."""
     import importlib
 
-    for name in PRELOAD:  # what the commands would import first
-        importlib.import_module(name)
+    read, scans = set(), []
+
+    # os.environ, noting each variable read by name while PRELOAD is imported. A scan of them all
+    # (items(), values(), a loop) is not noted: tqdm's, the only one, looks for its own TQDM_
+    # variables, and noting it would take in every variable there is, PYTEST_CURRENT_TEST too.
+    class Recorded(type(os.environ)):
+        def __getitem__(self, key):
+            if not scans:
+                read.add(key)
+            return super().__getitem__(key)
+
+        def __contains__(self, key):
+            if not scans:
+                read.add(key)
+            return super().__contains__(key)
+
+        def __iter__(self):
+            scans.append(True)
+            try:
+                yield from super().__iter__()
+            finally:
+                scans.pop()
+
+    kind, os.environ.__class__ = os.environ.__class__, Recorded
+    try:
+        for name in PRELOAD:  # what the commands would import first
+            importlib.import_module(name)
+    finally:
+        os.environ.__class__ = kind
 
     requests = os.fdopen(request_fd, "r", encoding="utf-8")
     answers = os.fdopen(answer_fd, "w", encoding="utf-8")
@@ -225,7 +263,7 @@ def _serve(request_fd: int, answer_fd: int) -> dict:
         answers.write(json.dumps(message) + "\n")
         answers.flush()
 
-    answer({"ready": True})
+    answer({"ready": True, "read": sorted(read)})
     for line in requests:
         request = json.loads(line)
         pid = os.fork()

@@ -16,7 +16,7 @@ import torch
 from examples.lab import provenance, timing
 from examples.lab.harness import CheckFailed, Lab, requires_cuda, run_measurement
 from examples.lab.records import SCHEMA_VERSION, RecordError, dump_record, load_records, parse_record, write_record
-from examples.lab.registry import import_topic, measured_topics
+from examples.lab.registry import example_files, import_topic, measured_topics, topic_name
 from examples.lab.stats import summarize
 
 CPU = torch.device("cpu")
@@ -239,6 +239,31 @@ def _cpu_topic() -> str:
     topics = [t for t in measured_topics() if not requires_cuda(import_topic(t))]
     assert topics, "no measured example runs on CPU: nothing exercises the runner end to end"
     return topics[0]
+
+
+def test_measured_topics_are_read_from_the_sources_without_importing_them(cli):
+    """What importing each example finds (``measure`` defined), read from the sources instead: a
+    ``lab run TOPIC`` then imports only the topics it runs."""
+    imported = [t for t in map(topic_name, example_files()) if hasattr(import_topic(t), "measure")]
+    assert measured_topics() == imported
+    code = ("import sys; from examples.lab.registry import measured_topics; measured_topics(); "
+            "print(sorted(m for m in sys.modules if m.startswith('examples.') and not m.startswith('examples.lab')))")
+    proc = cli.run("-c", code)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", cli.explain(proc)
+
+
+@pytest.mark.parametrize("source, binds", [
+    ("def measure(lab): pass", True), ("from examples.lab.timing import measure", True), ("measure = run", True),
+    ("x = 1\ndef f():\n    measure = 1", False), ("class C:\n    measure = 1", False),
+    ("from somewhere import *", None), ("if FAST:\n    def measure(lab): pass", None), ("del measure", None),
+    ("globals()['measure'] = run", None), ("def __getattr__(name): pass", None),
+])
+def test_a_source_that_cannot_say_whether_it_defines_measure_is_imported(source, binds, tmp_path):
+    from examples.lab.registry import _binds_at_top_level
+
+    path = tmp_path / "topic.py"
+    path.write_text(source, encoding="utf-8")
+    assert _binds_at_top_level(path, "measure") is binds
 
 
 @pytest.mark.parametrize("argv, says", [
