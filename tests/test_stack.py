@@ -137,9 +137,10 @@ def test_split_trace_of_a_cpu_product_has_ops_only():
     assert kinds["api"] == [] and kinds["gpu"] == []
 
 
-def test_the_bare_launch_is_about_half_of_a_small_op_in_every_gpu_run():
-    """The page says the bare launch costs about 0.4 to 0.6 of a whole small CUDA op of the
-    same run, whatever the host's speed: checked against every committed GPU record."""
+def test_the_bare_launch_is_about_half_of_a_small_op_or_more_in_every_gpu_run():
+    """The page says the bare launch costs about half of a whole small CUDA op of the same run
+    or more (how much more is the host's), and is part of it: checked against every committed
+    GPU record."""
     from pathlib import Path
 
     ratios = []
@@ -150,7 +151,7 @@ def test_the_bare_launch_is_about_half_of_a_small_op_in_every_gpu_run():
         whole = next(v for k, v in cost.items() if "CUDA op (add" in k)
         ratios.append((path.name, bare / whole))
     assert ratios, "no GPU record of stack.layer_costs"
-    assert all(0.4 <= r <= 0.65 for _, r in ratios), ratios
+    assert all(0.4 <= r < 1 for _, r in ratios), ratios
 
 
 def test_mma_paths_checks_each_path_s_instruction_and_restores_the_switch(monkeypatch):

@@ -11,10 +11,11 @@ import math
 import os
 import shlex
 import sys
+from pathlib import Path
 from types import ModuleType
 from typing import NoReturn
 
-from examples.lab.records import Record, dump_record
+from examples.lab.records import Record, dump_record, write_whole
 
 EXIT_USAGE = 2
 
@@ -85,29 +86,10 @@ def emit_json(text: str, destination: str) -> None:
     if destination == "-":
         sys.stdout.write(text)
         return
-    import tempfile
-
-    # Whole or not at all, as write_record: a run killed mid-write leaves no half file.
-    folder = os.path.dirname(os.path.abspath(destination))
-    try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(destination)}.", suffix=".tmp", dir=folder)
+    try:  # whole or not at all, as a record: a run killed mid-write leaves no half file
+        write_whole(Path(os.path.abspath(destination)), text)
     except OSError as exc:
         fail(f"--json: cannot write {destination}: {exc.strerror}", status=1)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(temporary, 0o666 & ~mask)  # mkstemp's file is private; the output is not
-        os.replace(temporary, destination)
-    except BaseException as exc:
-        try:
-            os.unlink(temporary)
-        except FileNotFoundError:
-            pass
-        if isinstance(exc, OSError):
-            fail(f"--json: cannot write {destination}: {exc.strerror}", status=1)
-        raise
 
 
 def resolve_device(choice: str, *, needs_cuda: bool, prog: str):

@@ -378,16 +378,23 @@ def dump_record(record: Record) -> str:
 
 
 def write_record(root: Path, record: Record) -> Path:
-    """Write ``record`` under ``root``, whole or not at all: a run killed mid-write leaves
-    the record that was there before (or none), never half a file (a temporary file in the
-    same folder, flushed to disk, then renamed over the record's name)."""
+    """Write ``record`` under ``root``, whole or not at all (:func:`write_whole`); never what
+    the loader would refuse."""
     path = record_path(root, record)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = dump_record(record)
     parse_record(text, str(path))  # never write what the loader would refuse
+    write_whole(path, text)
+    return path
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a run killed mid-write leaves the file
+    that was there before (or none), never half a file (a temporary file in the same folder,
+    flushed to disk, then renamed over the name). Raises OSError as ``open`` would."""
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp's file is private; a record is not
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp's file is private; the output is not
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)
             out.flush()
@@ -399,7 +406,6 @@ def write_record(root: Path, record: Record) -> Path:
         except FileNotFoundError:
             pass
         raise
-    return path
 
 
 def _umask() -> int:
