@@ -331,20 +331,16 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
         if not readers:
             raise
     keys = {g.key for g in readers}
-    failing: dict[str, tuple[store.Group, Exception]] = {}
     if getattr(req, "topic", None) or getattr(req, "topics", None):
         # Cheap first: each reader's group alone (one tab), the book's hidden.
         book = {g.key for g in state.store.groups if g.root.index == 0}
-        for g in readers:
-            error = _try(req, code, page, snapshot, book | (keys - {g.key}))
-            if error is not None:
-                failing[g.key] = (g, error)
+        failing = _failing(req, code, page, snapshot, readers, book | keys)
         _restore(page, snapshot)
         try:
             with state.store.hiding(state.store.hidden | set(failing)):
                 out = _render_one(req, code, page)
         except Exception:  # noqa: BLE001 - they fail beside the book's only: the thorough way below
-            failing = {}
+            pass
         else:
             _report_failing(page, code, failing)
             return out
@@ -352,10 +348,7 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
     _restore(page, snapshot)
     with state.store.hiding(state.store.hidden | keys):
         _render_one(req, code, page)
-    for g in readers:
-        error = _try(req, code, page, snapshot, keys - {g.key})
-        if error is not None:
-            failing[g.key] = (g, error)
+    failing = _failing(req, code, page, snapshot, readers, keys)
     _restore(page, snapshot)
     try:
         with state.store.hiding(state.store.hidden | set(failing)):
@@ -367,6 +360,18 @@ def _render(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page) -> 
             out = _render_one(req, code, page)
     _report_failing(page, code, failing)
     return out
+
+
+def _failing(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page, snapshot: tuple,
+             readers: list, hide: set[str]) -> dict[str, tuple[store.Group, Exception]]:
+    """The reader's groups that fail rendered each alone beside what ``hide`` leaves shown:
+    {key: (group, error)}."""
+    failing = {}
+    for g in readers:
+        error = _try(req, code, page, snapshot, hide - {g.key})
+        if error is not None:
+            failing[g.key] = (g, error)
+    return failing
 
 
 def _try(req: shortcodes.Request, code: shortcodes.Shortcode, page: Page, snapshot: tuple,
