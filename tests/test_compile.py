@@ -29,6 +29,17 @@ def test_traffic_counts_matmul_flops():
     assert flops == [2 * 8 * 16 * 4]
 
 
+def test_a_batched_matmuls_reshape_of_its_result_is_no_kernel():
+    """Eager attention: two bmm around a scale and a softmax. ``matmul`` hands a batched
+    product back through ``_unsafe_view``, which moves no data (not flagged as a view)."""
+    from examples.compile.fusion import attention
+
+    q = k = v = torch.randn(2, 4, 16, 8)
+    with Traffic() as t:
+        attention(q, k, v)
+    assert [op for op, _, _ in t.kernels] == ["aten.bmm", "aten.div", "aten._softmax", "aten.bmm"]
+
+
 def test_prediction_memory_bound_chain_is_three():
     x = torch.randn(4096)
     with Traffic() as t:

@@ -967,10 +967,12 @@ def fake_torch(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("why", ["its folder is read-only", "PYTHONDONTWRITEBYTECODE is set"])
-def test_a_torch_without_bytecode_python_may_not_write_gets_one_bytecode_folder_per_run(
-        fake_torch, tmp_path, monkeypatch, why):
-    """Every process that imports such a torch would compile its sources again; the run's
-    processes share one folder, this run's own, and write their bytecode there only."""
+@pytest.mark.parametrize("cache", ["the user's cache", "no user cache"])
+def test_a_torch_without_bytecode_python_may_not_write_gets_one_bytecode_folder_for_every_run(
+        fake_torch, tmp_path, monkeypatch, why, cache):
+    """Every process that imports such a torch would compile its sources again; the lab's
+    processes share one folder in the user's cache (kept from run to run, as pip's bytecode
+    would be), or the run's own where there is none, and write their bytecode there only."""
     import examples.lab.__main__ as runner
 
     _, writable = fake_torch
@@ -978,10 +980,28 @@ def test_a_torch_without_bytecode_python_may_not_write_gets_one_bytecode_folder_
         writable["yes"] = True
         monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
         monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    blocker = tmp_path / "cache-is-a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache" if cache == "the user's cache" else blocker))
     folder = runner._bytecode_cache(str(tmp_path / "run"))
-    assert folder == str(tmp_path / "run" / "bytecode") and os.path.isdir(folder)
+    expected = (tmp_path / "cache" / "python-to-silicon" / "bytecode" if cache == "the user's cache"
+                else tmp_path / "run" / "bytecode")
+    assert folder == str(expected) and os.path.isdir(folder)
     assert sys.pycache_prefix == folder and os.environ["PYTHONPYCACHEPREFIX"] == folder
     assert not sys.dont_write_bytecode and "PYTHONDONTWRITEBYTECODE" not in os.environ
+
+
+def test_a_runs_compiler_caches_are_gone_when_it_ends(tmp_path):
+    """Its kernels and builds serve no later run, and a GPU run leaves hundreds of MiB."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR"):
+        env.pop(name, None)
+    code = ("import os, examples.lab.__main__ as r; root = r._fresh_caches(); "
+            "os.makedirs(os.environ['TRITON_CACHE_DIR']); print(root)")
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
+                          check=True)
+    root = done.stdout.strip()
+    assert root.startswith(str(tmp_path)) and not os.path.exists(root)
 
 
 def test_a_folder_is_writable_only_if_a_file_can_be_made_there(tmp_path):
@@ -1008,3 +1028,12 @@ def test_the_bytecode_is_left_where_python_keeps_it_otherwise(fake_torch, tmp_pa
         monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "mine"))
     assert runner._bytecode_cache(str(tmp_path / "run")) is None
     assert sys.pycache_prefix is None and not (tmp_path / "run").exists()
+
+
+def test_the_runner_imports_the_compiler_stack_up_front_only_for_topics_that_compile():
+    """Frozen with the rest, its objects are not walked again before every topic; a run of
+    topics that never compile is spared the import."""
+    import examples.lab.__main__ as runner
+
+    assert runner._compiles("compile.modes") and runner._compiles("capstone.fused_decode")
+    assert not runner._compiles("dispatch.op_cost") and not runner._compiles("blas.levels")

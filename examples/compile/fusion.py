@@ -35,6 +35,11 @@ MATMULS = {aten.mm.default, aten.addmm.default, aten.bmm.default,
 
 
 # --8<-- [start:counter]
+#: Ops that return their input's data under a new shape and launch no kernel, yet are
+#: not marked as views: ``_unsafe_view`` is how a batched matmul hands back its result.
+MOVES_NO_DATA = (aten.detach.default, aten._unsafe_view.default)
+
+
 class Traffic(TorchDispatchMode):
     """Count, op by op, the bytes each eager kernel reads and writes and
     the flops of the matrix products."""
@@ -45,7 +50,7 @@ class Traffic(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if func.is_view or func in (aten.detach.default,):
+        if func.is_view or func in MOVES_NO_DATA:
             return out  # views move no data
         tensors = [t for t in tree_flatten((args, kwargs, out))[0]
                    if isinstance(t, torch.Tensor)]

@@ -29,29 +29,38 @@ BOOK = Path(__file__).resolve().parents[2] / "docs" / "records"
 def _fresh_caches() -> str:
     """Point each compiler cache not set by the user at a new empty folder (before torch
     loads); return the run's folder that holds them."""
+    import atexit
+    import shutil
     import tempfile
 
     root = tempfile.mkdtemp(prefix="lab-caches-")
     for name in CACHE_VARIABLES:
         if name not in os.environ:
             os.environ[name] = os.path.join(root, name.lower())
+    # Gone at exit: a run's kernels and builds are of use to no later run (that is why it
+    # has its own), and a GPU run leaves hundreds of MiB. Registered before torch loads,
+    # so it runs after torch's own exit handlers have stopped the compile workers.
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
     return root
 
 
 def _bytecode_cache(root: str) -> str | None:
-    """Where this run's Python processes keep the bytecode of a torch that has none of its own.
+    """Where the lab's Python processes keep the bytecode of a torch that has none of its own.
 
     pip compiles a package's bytecode when it installs it. A torch installed without it,
     where Python may not write it (a folder no one may write to, or PYTHONDONTWRITEBYTECODE
     set, as container images often do), makes every Python process that imports torch
-    compile its sources again: seconds of CPU each, and a run starts several (Inductor's
-    compile workers, the profilers' and the allocator's children). There the run's
-    processes share one bytecode folder, new for each run like its compiler caches and
-    nowhere near the installed sources: the first process compiles, the others read what
-    it wrote. The bytecode is what pip would have written, so no figure changes, only the
-    seconds a run takes. Returns the folder, or None where nothing needed doing (torch has
-    its bytecode, Python writes it beside torch on the first import, torch is not
-    installed, or PYTHONPYCACHEPREFIX is already set).
+    compile its sources again: about 11 s of one core for the modules a GPU run imports
+    (torch, Inductor, Triton), in every run and in each process a run starts (Inductor's
+    compile workers, the profilers' and the allocator's children). There the lab keeps one
+    bytecode folder for all its runs, in the user's cache (``~/.cache/python-to-silicon``,
+    or ``XDG_CACHE_HOME``; under ``root``, the run's own folder, where that cannot be made)
+    and nowhere near the installed sources: the first process compiles, every later one
+    reads. Bytecode is not a compiler cache: it is what pip would have written, the same
+    for every run (Python checks each file against its source), so no figure changes and
+    runs stay independent; only the seconds a run takes change. Returns the folder, or None
+    where nothing needed doing (torch has its bytecode, Python writes it beside torch on
+    the first import, torch is not installed, or PYTHONPYCACHEPREFIX is already set).
     """
     import importlib.util
 
@@ -64,13 +73,24 @@ def _bytecode_cache(root: str) -> str | None:
         return None
     if not sys.dont_write_bytecode and _can_write(os.path.dirname(spec.origin)):
         return None  # Python writes torch's bytecode beside it on the first import
-    folder = os.path.join(root, "bytecode")
+    folder = _user_bytecode_folder() or os.path.join(root, "bytecode")
     os.makedirs(folder, exist_ok=True)
     # This process (read at each import) and the processes it starts (their environment).
     sys.pycache_prefix, sys.dont_write_bytecode = folder, False
     os.environ["PYTHONPYCACHEPREFIX"] = folder
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     return folder
+
+
+def _user_bytecode_folder() -> str | None:
+    """The lab's bytecode folder in the user's cache, made if need be; None if it cannot be."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = os.path.join(base, "python-to-silicon", "bytecode")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return None
+    return folder if _can_write(folder) else None
 
 
 def _can_write(folder: str) -> bool:
@@ -200,10 +220,11 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
 
 
 def _freeze_imported(topics: list[str]) -> None:
-    """Import the harness and the chosen topics, then take what is alive out of the garbage
-    collector's walks: torch and those modules (classes, functions: alive until the process
-    ends), a few hundred thousand objects. The harness starts each topic with a full collection, which would walk
-    them all again: 0.2 to 0.4 s a topic. It still frees all that a topic left behind (made
+    """Import the harness and the chosen topics (and the compiler stack, where one of them
+    compiles), then take what is alive out of the garbage collector's walks: torch and those
+    modules (classes, functions: alive until the process ends), a few hundred thousand objects.
+    The harness starts each topic with a full collection, which would walk them all again:
+    0.2 to 0.4 s a topic. It still frees all that a topic left behind (made
     after this point), so no figure changes, only the seconds between topics. Unfrozen at exit,
     so that the interpreter's last collection finalizes them as usual."""
     import atexit
@@ -217,9 +238,42 @@ def _freeze_imported(topics: list[str]) -> None:
             import_topic(topic)
         except Exception:  # noqa: BLE001 - the run reports a topic that cannot load, in its turn
             pass
+    if any(map(_compiles, topics)):
+        _import_compiler_stack()
     gc.collect()
     gc.freeze()
     atexit.register(gc.unfreeze)
+
+
+#: What the first ``torch.compile`` of a process imports (Dynamo, AOTAutograd, Inductor and
+#: its code generators, Triton): about 200,000 objects, which the collection at the start of
+#: every later topic would walk again (0.2 to 0.4 s a topic) unless they are frozen with the rest.
+COMPILER_STACK = ("torch._dynamo", "torch._functorch.aot_autograd", "torch._inductor.compile_fx",
+                  "torch._inductor.scheduler", "torch._inductor.codegen.triton",
+                  "torch._inductor.select_algorithm", "triton")
+
+
+def _compiles(topic: str) -> bool:
+    """Whether a topic's measurement compiles (``torch.compile``) or runs Triton, read from its
+    sources: a run of topics that never do is spared importing the compiler stack."""
+    from examples.lab.provenance import source_files
+    from examples.lab.registry import EXAMPLES_ROOT
+
+    path = EXAMPLES_ROOT.joinpath(*topic.split(".")).with_suffix(".py")
+    return path.is_file() and any(word in file.read_text() for file in source_files(path)
+               if file.parent.name != "lab" for word in ("torch.compile", "triton"))
+
+
+def _import_compiler_stack() -> None:
+    """Import :data:`COMPILER_STACK` now, before the freeze, rather than at the first compile:
+    the same modules, imported once either way; only when changes."""
+    import importlib
+
+    for name in COMPILER_STACK:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - missing or broken here (Triton on a Mac): the topic says so
+            pass
 
 
 def _device_usable(device) -> bool:
