@@ -430,10 +430,20 @@ class RunFigure(NamedTuple):
 def book_figures(topic: str, metric: str, machine: str | None = None, *, root: Path = BOOK_RECORDS,
                  **case) -> list[RunFigure]:
     """``metric``'s median in every committed run of ``topic`` (on ``machine`` only, if given),
-    from the rows whose case has every ``key=value`` of ``case``; in file order."""
+    from the rows whose case has every ``key=value`` of ``case``; in file order. As on the
+    pages: where some runs of a GPU kind (and GPU count) were made by the code as it is now,
+    only those count; a kind with none keeps its stale runs."""
+    from examples.lab.provenance import source_sha256
+    from examples.lab.registry import EXAMPLES_ROOT
+
+    source = EXAMPLES_ROOT.joinpath(*topic.split(".")).with_suffix(".py")
+    current = source_sha256(source) if source.is_file() else None
+    runs = [(path, load_record(path)) for path in sorted(root.glob(f"{machine or '*'}/{topic}/*.json"))]
+    kept = {(path.parts[-3], record.machine.gpu_count) for path, record in runs
+            if record.source_sha256 == current}
     return [RunFigure(path.parts[-3], record.machine.gpu_count, path.stem, row.metrics[metric].median)
-            for path in sorted(root.glob(f"{machine or '*'}/{topic}/*.json"))
-            for record in [load_record(path)]
+            for path, record in runs
+            if record.source_sha256 == current or (path.parts[-3], record.machine.gpu_count) not in kept
             for row in record.results
             if metric in row.metrics and all(row.case.get(k) == v for k, v in case.items())]
 
