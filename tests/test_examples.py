@@ -31,7 +31,8 @@ RUN_BY_THEIR_OWN_TEST = {"ecosystem.fp8_training": ("tests.test_fp8_training", "
                          "compile.triton_kernels": ("tests.test_compile",
                                                     "test_triton_kernels_record_compares_kernels_in_rounds"),
                          "blas.levels": ("tests.test_blas", "test_levels_record_has_the_pages_figures"),
-                         "ecosystem.triton_op": ("tests.test_triton_op", "test_cpu_record_has_the_twin_only")}
+                         "ecosystem.triton_op": ("tests.test_triton_op", "test_cpu_record_has_the_twin_only"),
+                         "capstone.read_roof": ("tests.test_read_roof", "test_cpu_record_has_copy_the_reads_and_the_roof")}
 
 
 def test_there_are_examples():
