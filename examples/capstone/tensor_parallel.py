@@ -42,6 +42,8 @@ from examples.capstone.fused import FusedDecoder
 from examples.capstone.model import (
     LLAMA3_8B, TINY, Config, Decoder, Layer, StaticCache, Weights, graphed, layer_step, prefill,
     random_weights, rope_tables)
+from examples.collectives._launch import note as note_launch
+from examples.collectives._launch import world_size
 from examples.collectives.ring_allreduce import lined_up, spawn
 from examples.collectives.ring_model import ring_allreduce_seconds
 from examples.lab.timing import measure_rounds
@@ -322,12 +324,13 @@ def gpu_counts(available: int) -> list[int]:
 
 
 def measure(lab) -> None:
-    available = torch.cuda.device_count() if lab.cuda else 2
+    available = world_size(torch.cuda.device_count() if lab.cuda else 2)
     if lab.cuda and available < MIN_GPUS:  # the runner skips this topic before it gets here
         raise RuntimeError(f"needs {MIN_GPUS} GPUs, this machine has {available}")
     for world in gpu_counts(available):
         r = spawn(worker, world, "nccl" if lab.cuda else "gloo", {"quick": lab.quick})
         _keep(lab, world, r)
+    note_launch(lab)
 
 
 def _keep(lab, world: int, r: dict) -> None:

@@ -29,6 +29,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from examples.collectives._nccl_log import environment, refusal
+from examples.collectives._launch import note as note_launch
+from examples.collectives._launch import world_size
 from examples.collectives.ring_allreduce import lined_up, slowest_rank, spawn
 from examples.lab.timing import measure_rounds, round_order
 
@@ -243,7 +245,7 @@ def steps_of(r: dict, world: int) -> dict[str, list[float]]:
 
 def measure(lab) -> None:
     cuda = lab.cuda
-    world = torch.cuda.device_count() if cuda else 2
+    world = world_size(torch.cuda.device_count() if cuda else 2)
     if cuda and world < MIN_GPUS:  # the runner skips this topic before it gets here
         raise RuntimeError(f"needs {MIN_GPUS} GPUs, this machine has {world}")
     full = cuda and not lab.quick
@@ -291,6 +293,7 @@ def measure(lab) -> None:
             case=case, metric="vs_default", unit="x",
             method=f"paired ratio {name} / {default}, {method}")
     keep_contention(lab, runs, steps, world, method, failed)
+    note_launch(lab)
     lab.note("bucket sizes, default (MiB, in all-reduce order)",
              [round(s / 2**20, 2) for s in r["buckets"][default]])
     params = config["layers"] * (config["width"] ** 2 + config["width"])

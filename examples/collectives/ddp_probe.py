@@ -38,6 +38,7 @@ from examples.collectives.ddp_overlap import (
     train_step,
 )
 from examples.collectives._nccl_log import CHOICE, environment, payload, read_logs, refusal
+from examples.collectives._launch import note as note_launch
 from examples.collectives.ring_allreduce import lined_up, slowest_rank, spawn
 from examples.collectives.ring_model import bus_bandwidth
 from examples.lab.timing import measure_rounds
@@ -621,6 +622,7 @@ def _notes(lab, config, cuda, backend, log, kernels, failed) -> None:
              f"gradients, {config['tokens']} tokens per rank, bf16 "
              "autocast, 25 MB buckets")
     lab.note("ranks", f"{WORLD} ({backend}), one process per rank")
+    note_launch(lab)
     for setting, message in failed.items():
         lab.note(f"probe failed: {setting}", message)
     if not cuda:

@@ -19,6 +19,8 @@ import zlib
 import torch
 import torch.distributed as dist
 
+from examples.collectives._launch import note as note_launch
+from examples.collectives._launch import world_size
 from examples.collectives.ring_allreduce import lined_up, slowest_rank, spawn
 from examples.collectives.ring_model import bus_bandwidth
 from examples.lab.timing import measure_rounds
@@ -196,7 +198,7 @@ def nccl_modelled_latency(lines: list[str]) -> dict[str, float]:
 
 def measure(lab) -> None:
     cuda = lab.cuda
-    p = torch.cuda.device_count() if cuda else 2
+    p = world_size(torch.cuda.device_count() if cuda else 2)
     if cuda and p < MIN_GPUS:  # the runner skips the topic before this
         raise RuntimeError(f"needs {MIN_GPUS} GPUs, this machine has {p}")
     config = {
@@ -244,6 +246,7 @@ def measure(lab) -> None:
                 case=case, metric="vs_graphed", unit="x",
                 method=f"paired ratio {way} / graphed, {how}")
     lab.note("ranks", f"{p} ({backend}), one process per rank")
+    note_launch(lab)
     if not cuda:
         lab.note("graphed", "skipped: CUDA graphs need a GPU; gloo on the "
                  "CPU times the two eager ways only")

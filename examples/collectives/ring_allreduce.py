@@ -5,6 +5,13 @@ ring against ``dist.all_reduce`` on fresh random inputs, measures the link
 with the ring's own step (every rank sends to its right neighbour while it
 receives from its left one), then sweeps message sizes: NCCL's all-reduce,
 the hand ring, and the model fed with the measured link. Any number of GPUs.
+
+One machine: ``python -m examples.collectives.ring_allreduce`` starts the ranks.
+One node or many under torchrun, each process one rank (``_launch``)::
+
+    torchrun --nproc-per-node 8 -m examples.collectives.ring_allreduce --json r.json
+    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d \\
+        --rdzv-endpoint node0:29500 -m examples.collectives.ring_allreduce --json r.json
 """
 
 from __future__ import annotations
@@ -21,6 +28,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from examples.collectives._launch import (
+    as_one_rank,
+    from_environment,
+    gather_to_rank0,
+    read_results,
+    world_size,
+)
+from examples.collectives._launch import note as note_launch
 from examples.collectives.ring_model import (
     bus_bandwidth,
     ring_allreduce_seconds,
@@ -78,25 +93,31 @@ def _free_port() -> int:
 
 # --8<-- [start:spawn]
 def spawn(worker, world: int, backend: str, config: dict) -> dict:
-    """Run ``worker(config)`` on ``world`` ranks; return what rank 0 wrote."""
+    """Run ``worker(config, device)`` on ``world`` ranks; return what rank 0 wrote.
+
+    Under torchrun this process is one of the ranks (``_launch``); otherwise it
+    starts them here, one process per rank on this machine.
+    """
     os.environ.update(SAFE_ENV)  # inherited by every rank
+    launch = from_environment()
+    if launch is not None:
+        return as_one_rank(launch, _rank_main, worker, world, backend, config)
     with tempfile.TemporaryDirectory() as tmp:
         config = {**config, "backend": backend, "out": tmp,
                   "init": f"tcp://127.0.0.1:{_free_port()}"}
         mp.spawn(_rank_main, args=(world, worker, config), nprocs=world)
-        result = json.loads(Path(tmp, "rank0.json").read_text())
-        result["saved"] = {f.name: torch.load(f) for f in Path(tmp).glob("*.pt")}
-        return result
+        return read_results(tmp)
 
 
 def _rank_main(rank: int, world: int, worker, config: dict) -> None:
     device = torch.device("cpu")
     if config["backend"] == "nccl":
-        device = torch.device("cuda", rank)
+        device = torch.device("cuda", config.get("local_rank", rank))
         torch.cuda.set_device(device)
+    init = config["init"]  # a tcp:// address, or the launcher's store
     dist.init_process_group(
-        config["backend"], init_method=config["init"], rank=rank,
-        world_size=world,
+        config["backend"], rank=rank, world_size=world,
+        **({"init_method": init} if isinstance(init, str) else {"store": init}),
         **({"device_id": device} if device.type == "cuda" else {}),
     )
     try:
@@ -105,6 +126,8 @@ def _rank_main(rank: int, world: int, worker, config: dict) -> None:
             Path(config["out"], "rank0.json").write_text(json.dumps(result))
         del result
         _quiesce(device)
+        if config.get("gather"):  # torchrun: the ranks share no folder
+            gather_to_rank0(config["out"])
         dist.barrier()  # no rank leaves while a peer still communicates
     finally:
         dist.destroy_process_group()
@@ -263,6 +286,11 @@ def _inner(nbytes: int) -> int:
     return max(1, min(50, (64 << 20) // nbytes))
 
 
+def _inner_cpu_quick(nbytes: int) -> int:
+    """A quick run on CPU ranks (CI, where they share two cores): 5 calls a sample at most."""
+    return min(5, _inner(nbytes))
+
+
 def _sizes(quick: bool, cuda: bool) -> list[int]:
     top = (4 << 30) if cuda else (64 << 20)
     if quick:
@@ -276,7 +304,7 @@ def _sizes(quick: bool, cuda: bool) -> list[int]:
 
 def measure(lab) -> None:
     cuda = lab.cuda
-    world = torch.cuda.device_count() if cuda else 2
+    world = world_size(torch.cuda.device_count() if cuda else 2)
     if cuda and world < MIN_GPUS:  # the runner skips this topic before it gets here
         raise RuntimeError(f"needs {MIN_GPUS} GPUs, this machine has {world}")
     config = {
@@ -284,7 +312,7 @@ def measure(lab) -> None:
         "link_bytes": (1 << 30) if cuda and not lab.quick else (16 << 20),
         "collective_bytes": (1 << 30) if not lab.quick else (16 << 20),
         "reps": 5 if lab.quick else 30,
-        "inner": _inner,
+        "inner": _inner if cuda or not lab.quick else _inner_cpu_quick,
     }
     if lab.quick:
         config["link_bytes"] = 4 << 20
@@ -341,6 +369,7 @@ def measure(lab) -> None:
         lab.value(case=case, metric="busbw", unit="GB/s",
                   value=bus_bandwidth(name, gpus=p, algbw=algbw) / 1e9)
     lab.note("ranks", f"{p} ({backend}), one process per rank")
+    note_launch(lab)
     if cuda:
         _keep_choices(lab, p, config["collective_bytes"], r["collectives"])
 

@@ -8,6 +8,17 @@
 2.917
 >>> round(bus_bandwidth("all_reduce", gpus=8, algbw=100e9) / 1e9, 1)
 175.0
+
+Two nodes of eight GPUs, NVLink 450 GB/s each way per GPU, one 400 Gb/s NIC
+(50 GB/s) per GPU: the two-level all-reduce against one flat ring, 1 GB.
+
+>>> link = dict(nodes=2, gpus_per_node=8, intra_bandwidth=450e9, inter_bandwidth=50e9)
+>>> round(hierarchical_allreduce_seconds(nbytes=1e9, **link) * 1e3, 3)
+6.389
+>>> round(flat_ring_seconds(nbytes=1e9, **link) * 1e3, 3)
+37.5
+>>> hierarchy_crossover_bytes(**link)
+0.0
 """
 
 from __future__ import annotations
@@ -53,6 +64,64 @@ def ring_bound(
     lat = steps * latency
     bw = steps / gpus * nbytes / bandwidth
     return "latency" if lat > bw else "bandwidth"
+
+
+# --8<-- [start:hierarchical]
+def hierarchical_allreduce_seconds(
+    *, nodes: int, gpus_per_node: int, nbytes: float, intra_bandwidth: float,
+    inter_bandwidth: float, intra_latency: float = 0.0, inter_latency: float = 0.0,
+    call: float = 0.0,
+) -> float:
+    """Two-level all-reduce of ``nbytes`` on each of ``nodes`` x ``gpus_per_node`` GPUs.
+
+    1. Reduce-scatter inside each node, a ring of g GPUs over NVLink: g-1 steps
+       of M/g; each GPU then holds its node's sum of one M/g shard.
+    2. All-reduce of that shard across the nodes, a ring of n nodes: the g
+       shards in parallel, each GPU over its own NIC (a rail), 2(n-1) steps
+       of M/(g n).
+    3. All-gather inside each node: g-1 steps of M/g.
+    Each phase that has steps is one collective call and pays ``call`` (beta).
+    """
+    n, g = nodes, gpus_per_node
+    inside = ring_allreduce_seconds(gpus=g, nbytes=nbytes, bandwidth=intra_bandwidth,
+                                    latency=intra_latency)  # phases 1 and 3
+    across = ring_allreduce_seconds(gpus=n, nbytes=nbytes / g, bandwidth=inter_bandwidth,
+                                    latency=inter_latency)  # phase 2
+    calls = 2 * (g > 1) + (n > 1)
+    return calls * call + inside + across
+
+
+def flat_ring_seconds(
+    *, nodes: int, gpus_per_node: int, nbytes: float, intra_bandwidth: float,
+    inter_bandwidth: float, intra_latency: float = 0.0, inter_latency: float = 0.0,
+    call: float = 0.0,
+) -> float:
+    """One ring over all n x g GPUs, as the ring model prices it: every one of its
+    2(p-1) steps lasts as long as its slowest link's, the network's once n > 1."""
+    p = nodes * gpus_per_node
+    if p == 1:
+        return 0.0
+    bandwidth, latency = ((inter_bandwidth, inter_latency) if nodes > 1
+                          else (intra_bandwidth, intra_latency))
+    return call + ring_allreduce_seconds(gpus=p, nbytes=nbytes, bandwidth=bandwidth,
+                                         latency=latency)
+
+
+def hierarchy_crossover_bytes(**link) -> float | None:
+    """The message size from which the two-level all-reduce is faster than the flat
+    ring, for the same ``nodes``, ``gpus_per_node``, bandwidths, latencies and
+    ``call`` (``nbytes`` is not given): 0 where it is faster at every size, None
+    where it never is. Both times are a fixed part plus a part in proportion to M."""
+    fixed_h = hierarchical_allreduce_seconds(nbytes=0.0, **link)
+    fixed_f = flat_ring_seconds(nbytes=0.0, **link)
+    per_byte_h = hierarchical_allreduce_seconds(nbytes=1.0, **link) - fixed_h
+    per_byte_f = flat_ring_seconds(nbytes=1.0, **link) - fixed_f
+    if per_byte_h >= per_byte_f:  # no faster for large messages: only a head start helps
+        return 0.0 if fixed_h < fixed_f else None
+    return max(0.0, (fixed_h - fixed_f) / (per_byte_f - per_byte_h))
+
+
+# --8<-- [end:hierarchical]
 
 
 # --8<-- [start:busbw]

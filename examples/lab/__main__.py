@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from examples.lab.cli import ArgumentParser, fail, failure_line, positive
+from examples.lab.cli import ArgumentParser, fail, failure_line, positive, rank_device
 
 
 #: Compiler caches a run must not share with an earlier one: with them, a second
@@ -131,7 +131,7 @@ def _run(args) -> int:
     _freeze_imported(topics)
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("python -m examples.lab run: error: --device cuda: no CUDA GPU is visible")
-    device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
+    device = rank_device(torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu"))
     command = shlex.join(["python", "-m", "examples.lab", *sys.argv[1:]])
 
     failures, written, skipped, started = [], [], [], time.perf_counter()

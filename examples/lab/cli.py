@@ -108,6 +108,20 @@ def resolve_device(choice: str, *, needs_cuda: bool, prog: str):
     return torch.device(choice)
 
 
+def rank_device(device):
+    """``device``, or under a launcher (torchrun sets ``LOCAL_RANK`` in each rank it starts) this
+    rank's own GPU, ``cuda:LOCAL_RANK``, made current: every rank of a node would otherwise time,
+    sample and hold a context on GPU 0. A ``LOCAL_RANK`` that names no GPU here is left to the
+    example, which says so in one line."""
+    import torch
+
+    local = os.environ.get("LOCAL_RANK", "").strip()
+    if device.type != "cuda" or not local.isdigit() or int(local) >= torch.cuda.device_count():
+        return device
+    torch.cuda.set_device(int(local))
+    return torch.device("cuda", int(local))
+
+
 def format_table(record: Record) -> str:
     """The record's rows as an aligned text table (case, metric, median, IQR), then its notes."""
     keys = list(dict.fromkeys(k for row in record.results for k in row.case))
@@ -141,6 +155,7 @@ def run_example(module: ModuleType, argv: list[str] | None = None) -> int:
     if device is None:
         print(f"{prog}: needs a CUDA GPU and none is visible; nothing to run on this machine")
         return 0
+    device = rank_device(device)
     missing = missing_gpus(module, device)
     if missing:
         print(f"{prog}: {missing}; nothing to run on this machine (--device cpu runs it on the CPU)")

@@ -1,0 +1,171 @@
+"""Chapter 6 under torchrun: two "nodes" of two CPU ranks each on this machine (gloo, a c10d
+rendezvous), the same examples and workers as the one-command spawn path, rank 0's records
+validated; and a launcher's bad environment as one line, never a traceback."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from examples.collectives import _launch
+from examples.collectives._launch import Launch, LaunchError, from_environment
+
+REPO = Path(__file__).resolve().parents[1]
+TORCHRUN = Path(sys.executable).with_name("torchrun")
+LAUNCHER_VARIABLES = (*_launch.REQUIRED, "TORCHELASTIC_RUN_ID", "GROUP_RANK", "LOCAL_WORLD_SIZE")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _no_launcher(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in LAUNCHER_VARIABLES}
+
+
+def test_two_nodes_of_two_cpu_ranks_under_torchrun(cli, tmp_path):
+    """Two torchrun agents (--nnodes 2, node ranks 0 and 1) on localhost, each starting two gloo
+    ranks, run the ring check and quick sweep and the latency sweep through the lab runner; the
+    rank 0 of the four (on whichever node the rendezvous made it) writes both records."""
+    from examples.lab.records import load_records
+
+    out = tmp_path / "records"
+    endpoint = f"127.0.0.1:{_free_port()}"
+    env = _no_launcher(cli.cpu_env())
+    procs = [subprocess.Popen(
+        [str(TORCHRUN), "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2",
+         "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "book-ci",
+         "-m", "examples.lab", "run", "collectives.ring_allreduce", "collectives.nccl_latency",
+         "--device", "cpu", "--quick", "--out", str(out)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdin=subprocess.DEVNULL, start_new_session=True) for node in (0, 1)]
+    began, outputs = time.monotonic(), []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=max(1, 240 - (time.monotonic() - began)))[0])
+    except subprocess.TimeoutExpired:
+        for proc in procs:  # the agents this test started, and their ranks
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("torchrun ran past 240 s\n" + "\n".join(p.communicate()[0] for p in procs))
+    said = "\n".join(f"--- node {i}\n{text}" for i, text in enumerate(outputs))
+    assert [p.returncode for p in procs] == [0, 0], said
+    assert "Traceback" not in said, said
+
+    checked = cli.run("-m", "examples.lab", "validate", out)
+    assert checked.returncode == 0 and "2 records valid" in checked.stdout, cli.explain(checked)
+    records = {r.topic: r for r in load_records(out)}
+    assert set(records) == {"collectives.ring_allreduce", "collectives.nccl_latency"}
+    launch = {"launcher": "torchrun", "backend": "gloo", "nodes": 2, "ranks": 4}
+    for record in records.values():
+        assert record.run.quick and record.machine.device == "cpu"
+        assert record.checks and all(c.passed for c in record.checks), record.checks
+        assert {k: record.notes["launch"][k] for k in launch} == launch
+        per_node = record.notes["launch"]["per node"]
+        assert len(per_node) == 2 and set(per_node.values()) == {"2 x CPU"}
+        assert {r.case["gpus"] for r in record.results} == {4}
+
+    ring = records["collectives.ring_allreduce"]
+    from examples.collectives.ring_allreduce import CHECK_SIZES
+
+    # Every rank's hand ring, on both nodes, came back to rank 0 and was checked there.
+    assert len(ring.checks) == len(CHECK_SIZES) * 4
+    assert {c.name.rsplit("rank ", 1)[1] for c in ring.checks} == {"0", "1", "2", "3"}
+    sweep = {(r.case["impl"], r.case["bytes"]) for r in ring.results if r.case["part"] == "sweep"}
+    assert ("hand ring", 1 << 20) in sweep and ("dist.all_reduce", 1 << 10) in sweep
+    # The four ranks summed what rank 0's seed makes: the followers ran rank 0's config.
+    latency = records["collectives.nccl_latency"]
+    assert any("4 ranks vs the sum computed locally" in c.name for c in latency.checks)
+
+
+# -- the launcher's environment --------------------------------------------------------------
+
+FULL = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
+
+
+def test_no_launcher_is_the_spawn_path():
+    assert from_environment({}) is None
+    assert from_environment({"MASTER_ADDR": "node0", "MASTER_PORT": "29500"}) is None  # a cluster's defaults
+    assert from_environment(FULL) == Launch(rank=1, world=4, local_rank=1)
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"LOCAL_RANK": None}, "LOCAL_RANK missing"),
+    ({"MASTER_PORT": ""}, "MASTER_PORT missing"),
+    ({"RANK": "one"}, "RANK='one' is not a whole number"),
+    ({"RANK": "4"}, "RANK=4 does not fit WORLD_SIZE=4"),
+    ({"LOCAL_RANK": "2"}, "LOCAL_RANK=2 does not fit RANK=1"),
+    ({"WORLD_SIZE": "0", "RANK": "0", "LOCAL_RANK": "0"}, "WORLD_SIZE=0"),
+    ({"MASTER_PORT": "70000"}, "MASTER_PORT=70000 is not a TCP port"),
+])
+def test_a_bad_environment_is_one_line(change, words):
+    env = {k: v for k, v in {**FULL, **change}.items() if v is not None}
+    with pytest.raises(LaunchError) as caught:
+        from_environment(env)
+    assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_group_larger_than_the_launch_is_refused(monkeypatch):
+    with pytest.raises(LaunchError, match="group of 8 ranks; the launcher started 4"):
+        _launch.check_world(8, Launch(rank=0, world=4, local_rank=0))
+    _launch.check_world(2, Launch(rank=0, world=4, local_rank=0))  # a smaller group: ranks 0 and 1
+    for k, v in {**FULL, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(LaunchError, match="at least 2 ranks; the launcher started 1"):
+        _launch.world_size(2)
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    monkeypatch.setenv("RANK", "9")
+    assert _launch.world_size(2) == 16
+
+
+@pytest.mark.parametrize("env,words", [
+    ({"RANK": "0", "WORLD_SIZE": "2"}, "a launcher's environment is incomplete: RANK, WORLD_SIZE set"),
+    ({**FULL, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}, "a collective needs at least 2 ranks"),
+])
+def test_the_example_says_a_bad_launch_in_one_line(cli, env, words):
+    proc = cli.run("-m", "examples.collectives.ring_allreduce", "--device", "cpu", "--quick",
+                   env=_no_launcher(cli.cpu_env()) | env)
+    line = cli.one_line_error(proc, status=1)
+    assert line.startswith("python -m examples.collectives.ring_allreduce: LaunchError: ") and words in line, line
+
+
+# -- the Slurm script ----------------------------------------------------------------------------
+
+SBATCH = REPO / "examples" / "collectives" / "slurm_collectives.sbatch"
+
+
+def test_the_sbatch_script_starts_one_torchrun_per_node(tmp_path):
+    """With stand-ins for srun and scontrol: the command srun is given, for two nodes of eight GPUs."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    said = tmp_path / "srun.args"
+    (bin_ / "srun").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> {said}\n')
+    (bin_ / "scontrol").write_text('#!/bin/sh\nprintf "gpu-a\\ngpu-b\\n"\n')
+    for stub in bin_.iterdir():
+        stub.chmod(0o755)
+    python = tmp_path / "python"  # the validate step after srun: a stand-in too
+    python.write_text("#!/bin/sh\nexit 0\n")
+    python.chmod(0o755)
+    env = {"PATH": f"{bin_}:/usr/bin:/bin", "SLURM_NNODES": "2", "SLURM_JOB_ID": "77",
+           "SLURM_JOB_NODELIST": "gpu-[a-b]", "SLURM_GPUS_ON_NODE": "8", "PYTHON": str(python)}
+    proc = subprocess.run(["bash", str(SBATCH), "collectives.ring_allreduce"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    args = said.read_text().splitlines()
+    assert args[:3] == ["--ntasks-per-node=1", "--kill-on-bad-exit=1", str(python)]
+    line = " ".join(args)
+    assert ("-m torch.distributed.run --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d "
+            "--rdzv-endpoint gpu-a:29500 --rdzv-id 77 -m examples.lab run collectives.ring_allreduce "
+            "--device cuda --out records-slurm-77") in line, line
+    assert "2 node(s) x 8 rank(s)" in proc.stdout
+    unset = subprocess.run(["bash", str(SBATCH)], cwd=REPO, env={"PATH": env["PATH"]},
+                           capture_output=True, text=True, timeout=30)
+    assert unset.returncode != 0 and "run this script with sbatch" in unset.stderr
