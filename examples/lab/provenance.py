@@ -5,6 +5,7 @@ Everything here degrades to ``None`` when a fact cannot be read (no GPU, no
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -39,11 +40,20 @@ def _module_path(name: str) -> Path | None:
 
 def _imported_examples(path: Path) -> set[str]:
     """Every ``examples.*`` module ``path`` imports, at any depth of its code (a lazy import too)."""
+    package = ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts[:-1])
+    names = _imported_names(path.read_bytes(), str(path), package)
+    return {n for n in names if n.startswith("examples.") and _module_path(n)}
+
+
+@functools.lru_cache(maxsize=None)
+def _imported_names(source: bytes, filename: str, package: str) -> frozenset[str]:
+    """The modules a source imports, by name. Cached on the text itself: a site build hashes
+    each example's sources about 300 times over (every record's topic walks the modules it
+    imports), and parsing them was most of that (about 5 s of CPU a build)."""
     import ast
 
     names: set[str] = set()
-    package = ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts[:-1])
-    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+    for node in ast.walk(ast.parse(source, filename=filename)):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -53,7 +63,7 @@ def _imported_examples(path: Path) -> set[str]:
                 base = ".".join([*parent, base] if base else parent)
             names.add(base)
             names.update(f"{base}.{a.name}" for a in node.names)  # `from examples.lab import timing`
-    return {n for n in names if n.startswith("examples.") and _module_path(n)}
+    return frozenset(names)
 
 
 def source_files(path: Path) -> list[Path]:
