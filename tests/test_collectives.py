@@ -379,9 +379,9 @@ def test_a_refused_setting_is_one_line_from_the_ranks_own_message():
 
 # -- the two-level (hierarchical) all-reduce across nodes ------------------------------------
 from examples.collectives.ring_model import (  # noqa: E402
+    faster_by_size,
     flat_ring_seconds,
     hierarchical_allreduce_seconds,
-    hierarchy_crossover_bytes,
 )
 
 NDR = dict(nodes=2, gpus_per_node=8, intra_bandwidth=450e9, inter_bandwidth=50e9)
@@ -391,19 +391,22 @@ def test_hierarchical_model_worked_numbers():
     # 2 x 8 GPUs, NVLink 450 GB/s each way, one 400 Gb/s NIC (50 GB/s) per GPU, 1 GB:
     # inside: 2 (7/8) 1e9 / 450e9 = 3.889 ms; across: 2 (1/2) (1e9/8) / 50e9 = 2.5 ms.
     assert hierarchical_allreduce_seconds(nbytes=1e9, **NDR) == pytest.approx(14 / 8 / 450 + 1 / 400)
-    assert flat_ring_seconds(nbytes=1e9, **NDR) == pytest.approx(2 * 15 / 16 / 50)  # 37.5 ms
+    # Eight flat rings, one per NIC, 1/8 of the message each: 2 (15/16) (1e9/8) / 50e9 = 4.69 ms.
+    assert flat_ring_seconds(nbytes=1e9, **NDR) == pytest.approx(2 * 15 / 16 / 8 / 50)
+    assert flat_ring_seconds(nbytes=1e9, **NDR, rings=1) == pytest.approx(2 * 15 / 16 / 50)  # one ring
+    assert faster_by_size(**NDR) == [(0.0, "flat rings")]  # fewer bytes at network pace per NIC
     lat = dict(intra_latency=2e-6, inter_latency=5e-6)
-    # 14 NVLink steps and 2 network steps, against 30 network steps.
+    # 14 NVLink steps and 2 network steps, against 30 network steps: the two-level one
+    # starts ahead and the flat rings overtake it at 112 us / 1.70 ps per byte, about 66 MB.
     assert hierarchical_allreduce_seconds(nbytes=0, **NDR, **lat) == pytest.approx(14 * 2e-6 + 2 * 5e-6)
     assert flat_ring_seconds(nbytes=0, **NDR, **lat) == pytest.approx(30 * 5e-6)
-    assert hierarchy_crossover_bytes(**NDR, **lat) == 0.0  # faster at every size
-    # Three calls of 100 us each against one: the flat ring wins below 88 us / 31.1 ps per byte.
-    cross = hierarchy_crossover_bytes(**NDR, **lat, call=100e-6)
-    assert cross == pytest.approx(88e-6 / (2 * 15 / 16 / 50e9 - 14 / 8 / 450e9 - 1 / 400e9))
+    [(_, first), (cross, second)] = faster_by_size(**NDR, **lat)
+    assert (first, second) == ("two-level", "flat rings")
+    assert cross == pytest.approx(112e-6 / (14 / 8 / 450e9 + 1 / 400e9 - 2 * 15 / 16 / 8 / 50e9))
     for m in (cross * 0.9, cross * 1.1):
-        h = hierarchical_allreduce_seconds(nbytes=m, **NDR, **lat, call=100e-6)
-        f = flat_ring_seconds(nbytes=m, **NDR, **lat, call=100e-6)
-        assert (h < f) == (m > cross)
+        h = hierarchical_allreduce_seconds(nbytes=m, **NDR, **lat)
+        f = flat_ring_seconds(nbytes=m, **NDR, **lat)
+        assert (h < f) == (m < cross)
 
 
 def test_hierarchical_model_edges():
@@ -413,5 +416,5 @@ def test_hierarchical_model_edges():
     one_node = dict(NDR, nodes=1)  # no network phase: the node's ring over NVLink, in two calls
     assert hierarchical_allreduce_seconds(nbytes=1e9, **one_node) == pytest.approx(
         ring_allreduce_seconds(gpus=8, nbytes=1e9, bandwidth=450e9))
-    assert hierarchy_crossover_bytes(**one_node, call=1e-5) is None  # never faster: one call more
+    assert faster_by_size(**one_node, call=1e-5) == [(0.0, "flat rings")]  # never slower: one call fewer
     assert flat_ring_seconds(nbytes=1e9, **dict(NDR, nodes=1, gpus_per_node=1)) == 0

@@ -10,15 +10,15 @@
 175.0
 
 Two nodes of eight GPUs, NVLink 450 GB/s each way per GPU, one 400 Gb/s NIC
-(50 GB/s) per GPU: the two-level all-reduce against one flat ring, 1 GB.
+(50 GB/s) per GPU: the two-level all-reduce against eight flat rings, 1 GB.
 
 >>> link = dict(nodes=2, gpus_per_node=8, intra_bandwidth=450e9, inter_bandwidth=50e9)
 >>> round(hierarchical_allreduce_seconds(nbytes=1e9, **link) * 1e3, 3)
 6.389
 >>> round(flat_ring_seconds(nbytes=1e9, **link) * 1e3, 3)
-37.5
->>> hierarchy_crossover_bytes(**link)
-0.0
+4.688
+>>> faster_by_size(**link)
+[(0.0, 'flat rings')]
 """
 
 from __future__ import annotations
@@ -94,31 +94,39 @@ def hierarchical_allreduce_seconds(
 def flat_ring_seconds(
     *, nodes: int, gpus_per_node: int, nbytes: float, intra_bandwidth: float,
     inter_bandwidth: float, intra_latency: float = 0.0, inter_latency: float = 0.0,
-    call: float = 0.0,
+    call: float = 0.0, rings: int | None = None,
 ) -> float:
-    """One ring over all n x g GPUs, as the ring model prices it: every one of its
-    2(p-1) steps lasts as long as its slowest link's, the network's once n > 1."""
+    """Flat rings over all p = n x g GPUs, as NCCL runs them across nodes: ``rings``
+    rings side by side (NCCL's channels; by default g, one per GPU's NIC, as on a
+    rail-optimised fabric), each carrying M/rings. Each ring leaves every node once,
+    through its own NIC, so its slowest hop is one NIC at ``inter_bandwidth``: 2(p-1)
+    steps of M/(rings p) at the network's pace. Inside one node: one ring over NVLink."""
     p = nodes * gpus_per_node
     if p == 1:
         return 0.0
-    bandwidth, latency = ((inter_bandwidth, inter_latency) if nodes > 1
-                          else (intra_bandwidth, intra_latency))
-    return call + ring_allreduce_seconds(gpus=p, nbytes=nbytes, bandwidth=bandwidth,
-                                         latency=latency)
+    if nodes == 1:
+        return call + ring_allreduce_seconds(gpus=p, nbytes=nbytes, bandwidth=intra_bandwidth,
+                                             latency=intra_latency)
+    share = nbytes / (rings or gpus_per_node)
+    return call + ring_allreduce_seconds(gpus=p, nbytes=share, bandwidth=inter_bandwidth,
+                                         latency=inter_latency)
 
 
-def hierarchy_crossover_bytes(**link) -> float | None:
-    """The message size from which the two-level all-reduce is faster than the flat
-    ring, for the same ``nodes``, ``gpus_per_node``, bandwidths, latencies and
-    ``call`` (``nbytes`` is not given): 0 where it is faster at every size, None
-    where it never is. Both times are a fixed part plus a part in proportion to M."""
-    fixed_h = hierarchical_allreduce_seconds(nbytes=0.0, **link)
-    fixed_f = flat_ring_seconds(nbytes=0.0, **link)
-    per_byte_h = hierarchical_allreduce_seconds(nbytes=1.0, **link) - fixed_h
-    per_byte_f = flat_ring_seconds(nbytes=1.0, **link) - fixed_f
-    if per_byte_h >= per_byte_f:  # no faster for large messages: only a head start helps
-        return 0.0 if fixed_h < fixed_f else None
-    return max(0.0, (fixed_h - fixed_f) / (per_byte_f - per_byte_h))
+def faster_by_size(**link) -> list[tuple[float, str]]:
+    """Which all-reduce is faster, by message size: ``[(0, name)]`` where one is faster at
+    every size, else ``[(0, name), (crossover, other)]``, the crossover in bytes; names
+    "two-level" and "flat rings". Both times are a fixed part plus a part in proportion
+    to M, so they cross at most once (a tie counts for the flat rings, the simpler)."""
+    fixed = {"two-level": hierarchical_allreduce_seconds(nbytes=0.0, **link),
+             "flat rings": flat_ring_seconds(nbytes=0.0, **link)}
+    per_byte = {name: t(nbytes=1.0, **link) - fixed[name] for name, t in
+                (("two-level", hierarchical_allreduce_seconds), ("flat rings", flat_ring_seconds))}
+    first = "two-level" if (fixed["two-level"], per_byte["two-level"]) < (
+        fixed["flat rings"], per_byte["flat rings"]) else "flat rings"
+    other = "flat rings" if first == "two-level" else "two-level"
+    if per_byte[other] >= per_byte[first]:
+        return [(0.0, first)]
+    return [(0.0, first), ((fixed[other] - fixed[first]) / (per_byte[first] - per_byte[other]), other)]
 
 
 # --8<-- [end:hierarchical]
