@@ -189,7 +189,10 @@ def test_a_one_gpu_readers_run_builds_with_a_tab_per_topic_and_the_skipped_one_l
                      if v["group"].startswith(readers.prefix(records))}
     assert READER_SLUG in machines and mine_verdicts == {READER_SLUG}
     leave_out = (readers.prefix(readers.breaking), readers.prefix(readers.odd))  # the folders odd on purpose
-    assert all(_kept(c, leave_out=leave_out) for c in report["claims"])
+    # A claim bound to one GPU kind (machine=...) states that kind's figures; this reader's "H100"
+    # is the book's H200 runs relabelled, so it may break an H100-only bound without being wrong.
+    assert all(_kept(c, leave_out=leave_out + ((readers.prefix(records),) if c["machine"] else ()))
+               for c in report["claims"])
 
 
 def test_compare_pairs_a_one_gpu_readers_run_with_the_book(readers):
