@@ -261,7 +261,7 @@ def _compiles(topic: str) -> bool:
 
     path = EXAMPLES_ROOT.joinpath(*topic.split(".")).with_suffix(".py")
     return path.is_file() and any(word in file.read_text() for file in source_files(path)
-               if file.parent.name != "lab" for word in ("torch.compile", "triton"))
+                                  if file.parent.name != "lab" for word in ("torch.compile", "triton"))
 
 
 def _import_compiler_stack() -> None:
