@@ -36,7 +36,8 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update"]
 PAGES = {"launch_budget": "cuda-graphs", "dispatch_budget": "dispatcher",
-         "roofline": "stack", "ring_allreduce": "collectives", "speed_of_light": "capstone"}
+         "roofline": "stack", "ring_allreduce": "collectives", "speed_of_light": "capstone",
+         "two_level_allreduce": "collectives"}
 #: The calculators that mark their result on a plot of their page: (page, the plot's anchor=).
 #: dispatch_budget's page has no plot; speed_of_light's plots draw fractions of the speed of
 #: light per rung and rates per prompt length, not a model's tokens per second.
@@ -203,6 +204,42 @@ def test_bound_labels_of_the_python_side(tmp_path):
     assert verdict(launch_budget(launch_us=78.125, **kw)) == "over budget"  # exactly the budget
 
 
+TWO_LEVEL = "examples.collectives.two_level"
+
+
+@pytest.mark.parametrize(("flag", "bad", "message"), [
+    ("--nodes", "1.5", "expected a whole number"), ("--nodes", "0", "at least 1"),
+    ("--gpus-per-node", "eight", "expected a whole number"),
+    ("--nvlink-bandwidth", "0GB/s", "must be positive"), ("--network-bandwidth", "-50GB/s", "expected one argument"),
+    ("--network-bandwidth", "50GB", "expected a rate"), ("--call", "1 fortnight", "expected a time"),
+    ("--bytes", "0", "must be positive")])
+def test_the_two_level_command_line_refuses_bad_input_in_one_line(flag, bad, message, capsys):
+    module = importlib.import_module(TWO_LEVEL)
+    argv = list(module.EXAMPLE_ARGV)
+    argv[argv.index(flag) + 1] = bad
+    with pytest.raises(SystemExit) as caught:
+        module.main(argv)
+    err = capsys.readouterr().err
+    assert caught.value.code == 2 and err.count("\n") == 1 and flag in err and message in err, err
+    assert "Traceback" not in err
+
+
+def test_the_two_level_crossover_is_where_the_two_times_meet():
+    from examples.collectives.two_level import compare
+
+    link = dict(nodes=2, gpus_per_node=8, intra_bandwidth=350e9, inter_bandwidth=50e9, intra_latency=2e-6,
+                inter_latency=5e-6, call=10e-6)
+    at = compare(nbytes=1e6, **link)["crossover_bytes"]
+    meet = compare(nbytes=at, **link)
+    assert meet["two_level_seconds"] == pytest.approx(meet["flat_rings_seconds"], rel=1e-9)
+    assert compare(nbytes=at / 2, **link)["faster"] == "two-level"
+    assert compare(nbytes=at * 2, **link)["faster"] == "flat rings"
+    one_node = compare(nbytes=1e6, **{**link, "nodes": 1})  # the same ring in two calls: never faster
+    assert one_node["faster"] == "flat rings" and one_node["crossover_bytes"] is None
+    assert compare(nbytes=1e6, **{**link, "nodes": 1, "gpus_per_node": 1}) == {
+        "two_level_seconds": 0.0, "flat_rings_seconds": 0.0, "faster": None, "crossover_bytes": None}
+
+
 # -- the widgets in a browser ------------------------------------------------------------
 
 #: Inputs typed into each widget and into its example: the page's start values ({}),
@@ -230,6 +267,19 @@ CASES = {
         {"gpus": "8", "mbytes": "4096", "bandwidth_gbs": "450", "latency_us": "0"},
         {"gpus": "1", "mbytes": "1000", "bandwidth_gbs": "450", "latency_us": "5"},
     ],
+    # The page's worked example (its start values but the measured NVLink), small messages,
+    # one node, one GPU per node, one GPU in all, no latencies, a cost per call.
+    "two_level_allreduce": [
+        {},
+        {"mbytes": "1", "nvlink_gbs": "450"},
+        {"mbytes": "1000", "nvlink_gbs": "450", "call_us": "10"},
+        {"nodes": "1", "gpus_per_node": "8", "mbytes": "0.064", "call_us": "6.6"},
+        {"nodes": "16", "gpus_per_node": "1", "mbytes": "64"},
+        {"nodes": "1", "gpus_per_node": "1"},
+        {"nodes": "4", "mbytes": "4096", "nvlink_latency_us": "0", "network_latency_us": "0"},
+        {"nodes": "128", "gpus_per_node": "4", "mbytes": "0.004", "network_gbs": "25", "network_latency_us": "8.5",
+         "call_us": "12"},
+    ],
     "speed_of_light": [
         {},
         {"layers": "80", "hidden": "8192", "ffn": "28672", "heads": "64", "kv_heads": "8", "head_dim": "128",
@@ -251,6 +301,11 @@ BAD = [
     ("ring_allreduce", "bandwidth_gbs", "NaN", "not a number"),
     ("ring_allreduce", "mbytes", "1e303", "too large"),
     ("speed_of_light", "heads", "4.5", "not a whole number"),
+    ("two_level_allreduce", "nodes", "1.5", "not a whole number"),
+    ("two_level_allreduce", "nodes", "0", "at least 1"),
+    ("two_level_allreduce", "network_gbs", "0", "greater than 0"),
+    ("two_level_allreduce", "nvlink_gbs", "-450", "greater than 0"),
+    ("two_level_allreduce", "call_us", "-1", "at least 0"),
     ("speed_of_light", "bandwidth_gbs", "0", "greater than 0"),
     ("launch_budget", "layers", "2^0.5", "not a whole number"),
     ("launch_budget", "layers", "2^60", "too large"),
@@ -348,6 +403,21 @@ def test_bad_input_shows_a_message(name, field, text, message, pages):
     assert not errors, errors
     # Fixing the input brings the results back.
     assert widget_result(opened[name], name, {})["state"] == "ok"
+
+
+@pytest.mark.browser
+def test_the_two_level_widget_shows_times_and_sizes_in_readable_units(pages):
+    opened, errors = pages
+    page = opened["two_level_allreduce"]
+    widget = page.locator('[data-lab-calculator="two_level_allreduce"]')
+    shown = lambda key: widget.locator(f'output[data-key="{key}"]').text_content()  # noqa: E731
+    widget_result(page, "two_level_allreduce", {"mbytes": "1000"})
+    assert shown("two_level_seconds").endswith("\u00a0ms") and shown("crossover_bytes").endswith("\u00a0MB")
+    widget_result(page, "two_level_allreduce", {"mbytes": "1"})
+    assert shown("two_level_seconds").endswith("\u00a0µs")
+    widget_result(page, "two_level_allreduce", {"nodes": "1"})  # one node: the flat ring at every size
+    assert shown("crossover_bytes") == "—"
+    assert not errors, errors
 
 
 #: Numbers as a reader writes them, and what they are.

@@ -319,6 +319,8 @@ BAD_FLAGS = {
     "examples.stack.roofline_model": ["--flops", "--bytes", "--peak-tflops", "--bandwidth-gbs"],
     "examples.capstone.speed_of_light": ["--bandwidth-gbs", "--batch", "--weight-bytes"],
     "examples.collectives.ring_model": ["--gpus", "--bytes", "--bandwidth"],
+    "examples.collectives.two_level": ["--nodes", "--gpus-per-node", "--bytes", "--nvlink-bandwidth",
+                                       "--network-bandwidth", "--call"],
 }
 
 

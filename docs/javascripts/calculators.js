@@ -9,6 +9,7 @@
 //   dispatch_budget  examples/dispatch/budget.py
 //   roofline         examples/stack/roofline_model.py
 //   ring_allreduce   examples/collectives/ring_model.py
+//   two_level_allreduce  examples/collectives/two_level.py (ring_model's two-level and flat rings)
 //   speed_of_light   examples/capstone/speed_of_light.py
 //
 // Each widget keeps its raw results in data-value attributes (full precision) and
@@ -65,6 +66,44 @@
       return {
         seconds, algbw_bytes_per_s: algbw, busbw_bytes_per_s: algbw * (2 * (p - 1) / p),
         bound: lat > bw ? "latency" : "bandwidth",
+      }
+    },
+    two_level_allreduce(v) {
+      // ring_model.py's hierarchical_allreduce_seconds, flat_ring_seconds and faster_by_size,
+      // step for step; the command line takes 1000MB, 450GB/s, 2us: the same scalings as here.
+      const n = v.nodes, g = v.gpus_per_node
+      const nbytes = v.mbytes * 1e6
+      const intra = v.nvlink_gbs * 1e9, inter = v.network_gbs * 1e9
+      const intraLat = v.nvlink_latency_us * 1e-6, interLat = v.network_latency_us * 1e-6
+      const call = v.call_us * 1e-6
+      const ring = (p, m, bw, lat) => {
+        if (p === 1) return 0
+        const steps = 2 * (p - 1)
+        return steps * lat + steps / p * m / bw
+      }
+      const twoLevel = m => {
+        const inside = ring(g, m, intra, intraLat)  // reduce-scatter and all-gather in the node
+        const across = ring(n, m / g, inter, interLat)  // each GPU's shard over its own port
+        const calls = 2 * (g > 1) + (n > 1)
+        return calls * call + inside + across
+      }
+      const flat = m => {
+        const p = n * g
+        if (p === 1) return 0
+        if (n === 1) return call + ring(p, m, intra, intraLat)
+        return call + ring(p, m / g, inter, interLat)  // g rings side by side, M/g each
+      }
+      // Both are a fixed part plus a part in proportion to M: they cross at most once.
+      const fixed = { two: twoLevel(0), flat: flat(0) }
+      const perByte = { two: twoLevel(1) - fixed.two, flat: flat(1) - fixed.flat }
+      const first = fixed.two < fixed.flat || (fixed.two === fixed.flat && perByte.two < perByte.flat) ? "two" : "flat"
+      const other = first === "two" ? "flat" : "two"
+      const crossover = perByte[other] >= perByte[first] ? null
+        : (fixed[other] - fixed[first]) / (perByte[first] - perByte[other])
+      const two_level_seconds = twoLevel(nbytes), flat_rings_seconds = flat(nbytes)
+      return {
+        two_level_seconds, flat_rings_seconds, crossover_bytes: crossover,
+        faster: n * g === 1 ? "none" : two_level_seconds < flat_rings_seconds ? "two-level" : "flat rings",
       }
     },
     speed_of_light(v) {
@@ -310,8 +349,12 @@
       output.textContent = `${format(raw * 100)}%`
       return
     }
-    const unit = output.dataset.unit
-    output.textContent = `${format(raw / Number(output.dataset.scale))}${unit ? "\u00a0" + unit : ""}`
+    let unit = output.dataset.unit, scale = Number(output.dataset.scale)
+    if (output.dataset.ladder) {  // the largest unit the value reaches (the smallest for tiny values)
+      const ladder = JSON.parse(output.dataset.ladder)
+      ;[unit, scale] = ladder.filter(([, s]) => Math.abs(raw) >= s).pop() || ladder[0]
+    }
+    output.textContent = `${format(raw / scale)}${unit ? "\u00a0" + unit : ""}`
   }
 
   function clear(widget) {

@@ -71,6 +71,9 @@ class Output:
     unit: str
     scale: float = 1.0  # shown value = raw value / scale
     percent: bool = False
+    #: A ladder of (unit, scale), smallest first: the browser shows the value in the largest unit
+    #: it reaches (6.43 ms, 44.4 µs), for outputs that span many orders; () shows ``unit`` always.
+    ladder: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,11 @@ _LLAMA3 = tuple(
     Preset("Model", name, dict(zip(("layers", "hidden", "ffn", "heads", "kv_heads", "head_dim", "vocab"), shape)))
     for name, shape in (("Llama 3 8B", ("32", "4096", "14336", "32", "8", "128", "128256")),
                         ("Llama 3 70B", ("80", "8192", "28672", "64", "8", "128", "128256"))))
+
+
+#: Times from microseconds to seconds; sizes from bytes to terabytes (raw values in s and in B).
+_TIME_LADDER = (("µs", 1e-6), ("ms", 1e-3), ("s", 1.0))
+_SIZE_LADDER = (("B", 1.0), ("kB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12))
 
 
 def _ring_bytes(text: str) -> float:
@@ -237,6 +245,35 @@ CALCULATORS: dict[str, Calculator] = {
             marker=Marker("B", "s", "(message size per GPU, predicted all-reduce time)"),
         ),
         Calculator(
+            "two_level_allreduce", "examples.collectives.two_level", "Two-level all-reduce against flat rings",
+            fields=(
+                Field("nodes", "--nodes", "Nodes", "", kind="int", minimum=1, strict=False),
+                Field("gpus_per_node", "--gpus-per-node", "GPUs per node", "", kind="int", minimum=1, strict=False),
+                Field("mbytes", "--bytes", "Message on each GPU", "MB", suffix="MB", from_argv=_ring_bytes),
+                # The page's advice: a measured NVLink figure, this chapter's ring over the link.
+                Field("nvlink_gbs", "--nvlink-bandwidth", "NVLink bandwidth per GPU, one way", "GB/s",
+                      suffix="GB/s",
+                      source=Source("collectives.ring_allreduce", "bandwidth", {"part": "link", "bytes": 1073741824})),
+                Field("network_gbs", "--network-bandwidth", "Network bandwidth per GPU, one way", "GB/s",
+                      suffix="GB/s"),
+                Field("nvlink_latency_us", "--nvlink-latency", "Latency of one NVLink step", "µs", strict=False,
+                      suffix="us"),
+                Field("network_latency_us", "--network-latency", "Latency of one network step", "µs",
+                      strict=False, suffix="us"),
+                Field("call_us", "--call", "Fixed cost of each collective call", "µs", strict=False, suffix="us"),
+            ),
+            outputs=(
+                Output("two_level_seconds", "Two-level all-reduce", "s", ladder=_TIME_LADDER),
+                Output("flat_rings_seconds", "Flat rings (one per GPU's port)", "s", ladder=_TIME_LADDER),
+                Output("crossover_bytes", "The faster one changes at a message of", "B", ladder=_SIZE_LADDER),
+            ),
+            label_key="faster",
+            labels={"two-level": "Two levels are faster at this size: fewer network steps outweigh the NVLink phases",
+                    "flat rings": "Flat rings are faster at this size (or as fast): their NVLink hops run "
+                                  "under the network's",
+                    "none": "One GPU: nothing to exchange"},
+        ),
+        Calculator(
             "speed_of_light", "examples.capstone.speed_of_light", "Speed of light of token generation",
             fields=(
                 Field("layers", "--layers", "Layers", "", kind="int"),
@@ -282,7 +319,10 @@ def argv_defaults(calc: Calculator) -> dict[str, str]:
             if f.flag not in given:
                 raise LabError(f"calculator {calc.name}: {calc.module}.EXAMPLE_ARGV has no {f.flag}")
             text = given[f.flag]
-            out[f.name] = _plain(f.from_argv(text)) if f.from_argv else text
+            if f.from_argv:
+                out[f.name] = _plain(f.from_argv(text))
+            else:  # "50GB/s" on the command line is "50" in a field whose unit is GB/s
+                out[f.name] = text[: -len(f.suffix)] if f.suffix and text.endswith(f.suffix) else text
     return out
 
 
@@ -434,7 +474,8 @@ def render(req: CalculatorRequest, group_of: Callable[[str, str | None], Group],
     for o in calc.outputs:
         parts.append(
             f'<div class="lab-calc__result"><dt>{esc(o.label)}</dt><dd><output data-key="{esc(o.key)}" '
-            f'data-scale="{o.scale:g}" data-unit="{esc(o.unit)}" data-percent="{str(o.percent).lower()}">'
+            f'data-scale="{o.scale:g}" data-unit="{esc(o.unit)}" data-percent="{str(o.percent).lower()}"'
+            + (f' data-ladder="{esc(json.dumps(o.ladder))}"' if o.ladder else "") + '>'
             f'—</output></dd></div>')
     parts.append('</dl>')
     labels = " ".join(f'data-label-{esc(k.replace(" ", "-"))}="{esc(v)}"' for k, v in calc.labels.items())
