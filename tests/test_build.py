@@ -1,4 +1,7 @@
-"""The real site builds with ``--strict``, reads offline, and a contradicted claim fails it.
+"""The real site builds with ``--strict`` and reads offline; the helpers that contradict a claim.
+
+That a contradicted claim fails the strict build is tested in ``tests/test_reader_records.py``, in the
+build it makes with the readers' folders (one build of the book, not two).
 
 Needs ``node_modules/`` (``npm ci``): the build serves Mermaid and KaTeX from it and
 fails with that instruction when it is missing.
@@ -123,7 +126,7 @@ def test_no_figure_repeats_its_unit(site):
             doubled[str(page.relative_to(site))] = found
     assert not doubled, doubled
 
-# -- a claim that a record contradicts fails the build ---------------------------------------
+# -- a claim that a record contradicts (tests/test_reader_records.py builds with one) ---------
 
 def page_claims() -> list[tuple[Path, shortcodes.ClaimRequest]]:
     """Every lab:claim written in the book's pages (outside code fences)."""
@@ -205,37 +208,3 @@ def as_runs(root: Path, topic: str, count: int) -> list[Path]:
             written.append(path)
     assert written, f"no legacy record of {topic} under {root}"
     return written
-
-
-def test_a_contradicted_claim_fails_the_strict_build(tmp_path):
-    """One run of three breaks a claim: the medians still keep it, the build must fail all the same."""
-    tree = scratch_copy(tmp_path)
-    claims = page_claims()
-    env = {}
-    if claims:  # the book's own pages and records: the first claim they can check
-        records = tree / "docs" / "records"
-        page, claim = next((p, c) for p, c in claims if checkable(records, c))
-        if not any(p.parent.name == claim.topic for p in record_files(records)):
-            as_runs(records, claim.topic, 3)  # legacy single runs: make several
-        where = page.relative_to(REPO / "docs").as_posix()
-    else:  # no page claims anything yet: a scratch page against the fixture records (three H200 runs)
-        shutil.copytree(REPO / "tests" / "fixtures", tree / "tests" / "fixtures")
-        (tree / "docs" / "claim.md").write_text(
-            "# Claim\n\nReplay wins: <!-- lab:claim fixture.launch speedup >= 2 mode=graph -->\n", encoding="utf-8")
-        env["LAB_EXTRA_RECORDS"] = "tests/fixtures/records"
-        claim = shortcodes.request(shortcodes.parse_text("<!-- lab:claim fixture.launch speedup >= 2 mode=graph -->"))
-        where = "claim.md"
-        records = tree / "tests" / "fixtures" / "records"
-        # As committed, the fixture records satisfy the claim: the scratch page builds.
-        control = build(tree, tmp_path / "control", **env)
-        assert control.returncode == 0, control.stdout + control.stderr
-    runs = [p for p in record_files(records) if p.parent.name == claim.topic]
-    assert len(runs) >= 3, runs
-    record = contradict(records, claim)
-    slug = json.loads(record.read_text())["machine"]["slug"]
-    proc = build(tree, tmp_path / "site", **env)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode != 0, f"the build passed although {record} contradicts {claim.describe()}\n{output}"
-    assert f"{where}: claim '{claim.describe()}' is VIOLATED on {slug}" in output, output
-    assert f"in 1 of {len([p for p in runs if p.parent == record.parent])} runs" in output, output
-    assert "Aborted with" in output and "in strict mode" in output, output

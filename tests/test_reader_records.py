@@ -10,9 +10,15 @@ book cannot use in places (``tests/reader_folders.py``: zeros on a log axis, ano
 calculator's plot, renamed figures, cases as text) and files it cannot load at all.
 
 The four folders go into one strict build (``LAB_EXTRA_RECORDS`` lists folders as ``PATH``
-does): a build of the book is most of a minute, so one, not three. Each test reads its own
+does): a build of the book is most of a minute, so one, not five. Each test reads its own
 folder in it: the tabs and Appendix A name the folder, and a claim's verdict names the
 group it came from (``lab-records/<n>-<folder>/...``).
+
+The same build is the book's check that one of its own runs contradicting one of its claims
+fails ``--strict`` (the medians of its runs may still keep the claim): it builds a copy of the
+book in which one run breaks a claim of a topic no reader's folder touches. A strict build
+writes the whole site before it fails, and fails on the first warning: the readers' folders
+pass as they would alone when the only warnings are that contradiction's.
 """
 from __future__ import annotations
 
@@ -29,7 +35,7 @@ from examples.lab.compare import compare
 from examples.lab.records import load_records, record_files
 from examples.lab.registry import import_topic
 from tests.reader_folders import broken_reasons, odd_folder
-from tests.test_build import REPO, build, checkable, contradict, page_claims
+from tests.test_build import REPO, as_runs, build, checkable, contradict, page_claims, scratch_copy, shortcodes
 
 TOPIC = "graphs.launch_cost"
 PAGE = "cuda-graphs/index.html"  # shows a table and a plot of TOPIC
@@ -45,9 +51,20 @@ def _labels(page: str) -> list[list[str]]:
             for s in sets]
 
 
+class Contradicted(NamedTuple):
+    """One of the book's own GPU runs, rewritten to break one of its claims."""
+
+    page: str  # the page that states the claim, under docs/
+    claim: shortcodes.ClaimRequest
+    record: Path  # the rewritten run (in the copy of the book that was built)
+    runs: int  # the runs of its GPU group
+    group: str  # the claim's verdicts name this group
+    returncode: int  # the strict build's
+
+
 class Readers(NamedTuple):
     """The readers' folders, in the order of ``LAB_EXTRA_RECORDS`` (so ``lab-records/1-my-run``, ...),
-    the site built with all four, and its output."""
+    the site built with all four (and the book's run that breaks a claim), and its output."""
 
     cpu: Path  # a real quick run of TOPIC on this CPU
     breaking: Path  # a slower GPU's run of one claim's topic, that breaks the claim
@@ -56,6 +73,7 @@ class Readers(NamedTuple):
     site: Path
     output: str
     odd_files: dict[str, list[Path]]  # the odd folder's files, per oddity (and "broken")
+    book: Contradicted  # the book's own run that breaks a claim, and the build's exit status
 
     def prefix(self, folder: Path) -> str:
         """Where ``folder``'s runs are in the site, and what its claims' verdicts name as their group."""
@@ -64,6 +82,10 @@ class Readers(NamedTuple):
 
 #: The odd records the build meets (each its own GPU tab): a few kinds, each failing a different check.
 ODD = ["zeros", "other-units", "renamed-metrics", "text-cases"]
+
+
+#: A WARNING line of mkdocs (the level padded as its formatter pads it); strict fails on any.
+WARNING = re.compile(r"^WARNING\s+-\s+(.*)$", re.M)
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +100,37 @@ def readers(tmp_path_factory, cli) -> Readers:
     _one_gpu_run(one_gpu)
     odd = base / "odd-run"
     odd_files = odd_folder(odd, topics=[TOPIC], oddities=ODD)
+    tree = scratch_copy(base)  # the book, one of whose runs is rewritten below
+    records = tree / "docs" / "records"
+    untouched = {TOPIC, _breaking_claim()[1].topic}  # the readers' folders read these topics' claims
+    page, claim = next((p, c) for p, c in page_claims() if c.topic not in untouched and checkable(records, c))
+    if not any(p.parent.name == claim.topic for p in record_files(records)):
+        as_runs(records, claim.topic, 3)  # legacy single runs: make several
+    runs = [p for p in record_files(records) if p.parent.name == claim.topic]
+    assert len(runs) >= 3, runs
+    record = contradict(records, claim)
+    data = json.loads(record.read_text(encoding="utf-8"))
     site = base / "site"
-    proc = build(REPO, site, LAB_EXTRA_RECORDS=os.pathsep.join(map(str, (cpu, breaking, one_gpu, odd))))
+    proc = build(tree, site, LAB_EXTRA_RECORDS=os.pathsep.join(map(str, (cpu, breaking, one_gpu, odd))))
     output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"strict build with the readers' records failed\n{output}"
-    return Readers(cpu, breaking, one_gpu, odd, site, output, odd_files)
+    assert (site / "index.html").is_file(), f"the strict build wrote no site\n{output}"
+    where = page.relative_to(REPO / "docs").as_posix()
+    book = Contradicted(where, claim, record, len([p for p in runs if p.parent == record.parent]),
+                        f"records/{data['machine']['slug']}/{claim.topic}", proc.returncode)
+    others = [w for w in WARNING.findall(output) if f"(record {book.group}/{record.name})" not in w]
+    assert not others, ("the readers' records (or the book itself) made the strict build warn, beside the "
+                        f"book's contradicted run:\n" + "\n".join(others) + f"\n{output}")
+    return Readers(cpu, breaking, one_gpu, odd, site, output, odd_files, book)
+
+
+def test_a_contradicted_claim_fails_the_strict_build(readers):
+    """One run of three breaks a claim: the medians still keep it, the build must fail all the same."""
+    book, output = readers.book, readers.output
+    assert book.returncode != 0, f"the build passed although {book.record} contradicts {book.claim.describe()}\n{output}"
+    slug = book.group.split("/")[1]
+    assert f"{book.page}: claim '{book.claim.describe()}' is VIOLATED on {slug}" in output, output
+    assert f"in 1 of {book.runs} runs" in output, output
+    assert "Aborted with" in output and "in strict mode" in output, output
 
 
 def _one_record(records: Path) -> Path:
@@ -188,7 +236,8 @@ def test_a_one_gpu_readers_run_builds_with_a_tab_per_topic_and_the_skipped_one_l
     mine_verdicts = {v["machine"] for c in report["claims"] for v in c["verdicts"]
                      if v["group"].startswith(readers.prefix(records))}
     assert READER_SLUG in machines and mine_verdicts == {READER_SLUG}
-    leave_out = (readers.prefix(readers.breaking), readers.prefix(readers.odd))  # the folders odd on purpose
+    leave_out = (readers.prefix(readers.breaking), readers.prefix(readers.odd),  # the folders odd on purpose
+                 readers.book.group)  # and the book's run broken on purpose
     # A claim bound to one GPU kind (machine=...) states that kind's figures; this reader's "H100"
     # is the book's H200 runs relabelled, so it may break an H100-only bound without being wrong.
     assert all(_kept(c, leave_out=leave_out + ((readers.prefix(records),) if c["machine"] else ()))
@@ -228,7 +277,7 @@ def _breaking_run(root: Path) -> None:
 def test_a_readers_gpu_that_breaks_a_claim_is_shown_not_fatal(readers):
     """The book's claims bind the book's records; a reader's slower GPU is a finding on the badge."""
     page, claim = _breaking_claim()
-    site, output = readers.site, readers.output  # the strict build passed (the fixture checks it)
+    site, output = readers.site, readers.output  # no warning of the readers' (the fixture checks it)
     assert f"claim '{claim.describe()}' is VIOLATED on reader-gpu" in output
     report = json.loads((site / "claims.json").read_text())
     verdicts = next(c["verdicts"] for c in report["claims"]
