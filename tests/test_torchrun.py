@@ -126,6 +126,29 @@ def test_a_group_larger_than_the_launch_is_refused(monkeypatch):
     assert _launch.world_size(2) == 16
 
 
+def test_a_log_nccl_cannot_start_mid_process_is_refused_in_one_line(monkeypatch):
+    """Under torchrun a rank outlives its calls; NCCL reads NCCL_DEBUG once per process, so a
+    call that logs differently needs ncclResetDebugInit, or a one-line refusal."""
+    monkeypatch.setattr(_launch, "_AT_START", {k: None for k in _launch.NCCL_READ_ONCE})
+    tuning = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING", "NCCL_DEBUG_FILE": "/tmp/x.%p"}
+    with pytest.raises(LaunchError) as caught:
+        _launch.check_debug_can_change(tuning, can_reset=False)
+    words = str(caught.value)
+    assert "NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=TUNING" in words and "\n" not in words
+    _launch.check_debug_can_change(tuning, can_reset=True)
+    # What each communicator reads again needs nothing: a protocol or a CTA cap is fine.
+    _launch.check_debug_can_change({"NCCL_PROTO": "LL", "NCCL_MAX_CTAS": "2"}, can_reset=False)
+
+
+def test_a_process_without_nccl_reports_it_cannot_reset_its_log():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine's torch loads NCCL")  # CI's CPU torch has none
+    assert _launch._reset_debug_function() is None
+    assert _launch.nccl_reads_debug_again() is False
+
+
 @pytest.mark.parametrize("env,words", [
     ({"RANK": "0", "WORLD_SIZE": "2"}, "a launcher's environment is incomplete: RANK, WORLD_SIZE set"),
     ({**FULL, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}, "a collective needs at least 2 ranks"),

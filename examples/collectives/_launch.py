@@ -25,6 +25,7 @@ since ranks on several nodes share no folder.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import json
 import os
 import pickle
@@ -47,6 +48,12 @@ MARKERS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID")
 #: on CTAs, the TUNING log): rank 0 sends them with each call, the followers set them.
 NCCL_SET_BY_EXAMPLES = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_MAX_CTAS", "NCCL_DEBUG",
                         "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
+#: Of those, the ones NCCL reads once per process (src/debug.cc's ncclDebugInit), where each
+#: new communicator reads NCCL_PROTO, NCCL_ALGO and NCCL_MAX_CTAS again (src/graph/tuning.cc,
+#: src/init.cc). A spawned rank is fresh for every call; a launched one is not.
+NCCL_READ_ONCE = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
+#: What this process had when it started, so what its NCCL reads unless told to read again.
+_AT_START = {k: os.environ.get(k) for k in NCCL_READ_ONCE}
 
 
 class LaunchError(RuntimeError):
@@ -206,12 +213,14 @@ def as_one_rank(launch: Launch, rank_main, worker, world: int, backend: str, con
     """``spawn`` under a launcher: rank 0 runs this call and returns its result; any other
     rank follows rank 0's calls from here on and leaves the process when rank 0's ends."""
     check_world(world, launch)  # every rank computed the same world: every rank says so
+    nccl = {k: os.environ.get(k) for k in NCCL_SET_BY_EXAMPLES}
+    if backend == "nccl":
+        check_debug_can_change(nccl, _reset_debug_function() is not None)
     store = _store(launch)
     if launch.rank != 0:
         _follow(launch, store, rank_main)  # never returns
     _state["calls"] += 1
     n = _state["calls"]
-    nccl = {k: os.environ.get(k) for k in NCCL_SET_BY_EXAMPLES}
     store.set(f"call/{n}", pickle.dumps((worker, world, backend, config, nccl)))
     result = _run(launch, store, n, rank_main, worker, world, backend, config)
     _state["backend"] = backend
@@ -219,6 +228,8 @@ def as_one_rank(launch: Launch, rank_main, worker, world: int, backend: str, con
 
 
 def _run(launch, store, n, rank_main, worker, world, backend, config) -> dict | None:
+    if backend == "nccl":
+        nccl_reads_debug_again()
     with tempfile.TemporaryDirectory() as tmp:
         config = {**config, "backend": backend, "out": tmp, "local_rank": launch.local_rank,
                   "init": dist.PrefixStore(f"group/{n}/", store), "gather": True}
@@ -228,6 +239,53 @@ def _run(launch, store, n, rank_main, worker, world, backend, config) -> dict | 
         result = read_results(tmp)
         _state["ranks"] = json.loads(Path(tmp, "ranks.json").read_text())
         return result
+
+
+# -- NCCL's log, per call -------------------------------------------------------------------
+
+def check_debug_can_change(nccl: dict, can_reset: bool) -> None:
+    """A call that logs differently from how this process started needs NCCL to read its
+    NCCL_DEBUG variables again; say so in one line where this NCCL cannot.
+
+    >>> check_debug_can_change({"NCCL_PROTO": "LL", **_AT_START}, can_reset=False)
+    >>> check_debug_can_change({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING"}, can_reset=True)
+    """
+    wanted = {k: nccl.get(k) for k in NCCL_READ_ONCE}
+    if wanted == _AT_START or can_reset:
+        return
+    asked = ", ".join(f"{k}={v}" for k, v in wanted.items() if v is not None) or "no NCCL log"
+    raise LaunchError(
+        f"this measurement asks NCCL for {asked}, but under torchrun NCCL reads its NCCL_DEBUG "
+        "variables once per process and this NCCL cannot be told to read them again "
+        "(ncclResetDebugInit: NCCL 2.24 or later); run the topic with `python -m examples.lab run`")
+
+
+def nccl_reads_debug_again() -> bool:
+    """Have NCCL read NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE again at its next
+    log line, as a fresh process would (NCCL's ``ncclResetDebugInit``, exported since 2.24).
+    False where this process's NCCL has no such function (or no NCCL is loaded)."""
+    reset = _reset_debug_function()
+    if reset is None:
+        return False
+    reset()
+    return True
+
+
+def _reset_debug_function():
+    """``ncclResetDebugInit`` of the NCCL torch loaded: linked into the process, or the
+    ``libnccl`` shared library it mapped (pip's CUDA wheels ship one)."""
+    candidates = [None]  # the process's global symbols
+    try:
+        with open("/proc/self/maps") as maps:
+            candidates += sorted({line.split()[-1] for line in maps if "libnccl" in line})
+    except OSError:
+        pass
+    for library in candidates:
+        try:
+            return getattr(ctypes.CDLL(library), "ncclResetDebugInit")
+        except (OSError, AttributeError):
+            continue
+    return None
 
 
 def _follow(launch: Launch, store, rank_main) -> None:
