@@ -129,15 +129,20 @@ def test_a_group_larger_than_the_launch_is_refused(monkeypatch):
 def test_a_log_nccl_cannot_start_mid_process_is_refused_in_one_line(monkeypatch):
     """Under torchrun a rank outlives its calls; NCCL reads NCCL_DEBUG once per process, so a
     call that logs differently needs ncclResetDebugInit, or a one-line refusal."""
-    monkeypatch.setattr(_launch, "_AT_START", {k: None for k in _launch.NCCL_READ_ONCE})
+    monkeypatch.setattr(_launch, "_AT_START", {k: None for k in (*_launch.NCCL_READ_ONCE,
+                                                                 *_launch.NCCL_FIXED_PER_PROCESS)})
     tuning = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING", "NCCL_DEBUG_FILE": "/tmp/x.%p"}
     with pytest.raises(LaunchError) as caught:
-        _launch.check_debug_can_change(tuning, can_reset=False)
+        _launch.check_nccl_can_change(tuning, can_reset=False)
     words = str(caught.value)
     assert "NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=TUNING" in words and "\n" not in words
-    _launch.check_debug_can_change(tuning, can_reset=True)
-    # What each communicator reads again needs nothing: a protocol or a CTA cap is fine.
-    _launch.check_debug_can_change({"NCCL_PROTO": "LL", "NCCL_MAX_CTAS": "2"}, can_reset=False)
+    _launch.check_nccl_can_change(tuning, can_reset=True)
+    # What each communicator reads again needs nothing: a protocol, an algorithm.
+    _launch.check_nccl_can_change({"NCCL_PROTO": "LL", "NCCL_ALGO": "Tree"}, can_reset=False)
+    # A CTA cap NCCL keeps from the process's start: refused, whatever the log can do.
+    with pytest.raises(LaunchError, match="NCCL_MAX_CTAS=2, but under torchrun NCCL keeps the NCCL_MAX_CTAS "
+                                          r"this process started with \(unset\)"):
+        _launch.check_nccl_can_change({"NCCL_MAX_CTAS": "2"}, can_reset=True)
 
 
 def test_a_process_without_nccl_reports_it_cannot_reset_its_log():

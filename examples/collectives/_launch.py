@@ -52,8 +52,12 @@ NCCL_SET_BY_EXAMPLES = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_MAX_CTAS", "NCCL_DEBUG"
 #: new communicator reads NCCL_PROTO, NCCL_ALGO and NCCL_MAX_CTAS again (src/graph/tuning.cc,
 #: src/init.cc). A spawned rank is fresh for every call; a launched one is not.
 NCCL_READ_ONCE = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
+#: Read once per process with no way to read it again: under torchrun on 2 H200s (NCCL
+#: 2.28.9), NCCL_MAX_CTAS=2 set for a later call left the overlapped GEMMs as slow as with
+#: no cap (1.50x alone), where fresh spawned processes with it gave 1.02x.
+NCCL_FIXED_PER_PROCESS = ("NCCL_MAX_CTAS",)
 #: What this process had when it started, so what its NCCL reads unless told to read again.
-_AT_START = {k: os.environ.get(k) for k in NCCL_READ_ONCE}
+_AT_START = {k: os.environ.get(k) for k in (*NCCL_READ_ONCE, *NCCL_FIXED_PER_PROCESS)}
 
 
 class LaunchError(RuntimeError):
@@ -140,7 +144,11 @@ def gather_to_rank0(folder: str | Path) -> None:
     mine = {"files": {f.name: f.read_bytes() for f in Path(folder).glob("*.pt")},
             "where": where_this_rank_runs()}
     everyone = [None] * world if rank == 0 else None
-    dist.gather_object(mine, everyone, dst=0)
+    # Over gloo, not the call's own NCCL: a forced setting such as NCCL_ALGO=Tree has no
+    # all-gather, which gather_object uses, and the files are a few MiB at most.
+    over_host = dist.new_group(backend="gloo")
+    dist.gather_object(mine, everyone, dst=0, group=over_host)
+    dist.destroy_process_group(over_host)
     if rank != 0:
         return
     for theirs in everyone[1:]:
@@ -215,7 +223,7 @@ def as_one_rank(launch: Launch, rank_main, worker, world: int, backend: str, con
     check_world(world, launch)  # every rank computed the same world: every rank says so
     nccl = {k: os.environ.get(k) for k in NCCL_SET_BY_EXAMPLES}
     if backend == "nccl":
-        check_debug_can_change(nccl, _reset_debug_function() is not None)
+        check_nccl_can_change(nccl, _reset_debug_function() is not None)
     store = _store(launch)
     if launch.rank != 0:
         _follow(launch, store, rank_main)  # never returns
@@ -243,15 +251,23 @@ def _run(launch, store, n, rank_main, worker, world, backend, config) -> dict | 
 
 # -- NCCL's log, per call -------------------------------------------------------------------
 
-def check_debug_can_change(nccl: dict, can_reset: bool) -> None:
+def check_nccl_can_change(nccl: dict, can_reset: bool) -> None:
     """A call that logs differently from how this process started needs NCCL to read its
-    NCCL_DEBUG variables again; say so in one line where this NCCL cannot.
+    NCCL_DEBUG variables again; say so in one line where this NCCL cannot. A variable NCCL
+    never reads again (``NCCL_FIXED_PER_PROCESS``) cannot change at all: say so too.
 
-    >>> check_debug_can_change({"NCCL_PROTO": "LL", **_AT_START}, can_reset=False)
-    >>> check_debug_can_change({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING"}, can_reset=True)
+    >>> check_nccl_can_change({"NCCL_PROTO": "LL", **_AT_START}, can_reset=False)
+    >>> check_nccl_can_change({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING"}, can_reset=True)
     """
+    fixed = {k: nccl.get(k) for k in NCCL_FIXED_PER_PROCESS if nccl.get(k) != _AT_START[k]}
+    if fixed:
+        k, v = next(iter(fixed.items()))
+        raise LaunchError(
+            f"this measurement asks NCCL for {k}={v}, but under torchrun NCCL keeps the {k} "
+            f"this process started with ({_AT_START[k] or 'unset'}); run the topic with "
+            "`python -m examples.lab run`, which starts fresh processes for each setting")
     wanted = {k: nccl.get(k) for k in NCCL_READ_ONCE}
-    if wanted == _AT_START or can_reset:
+    if wanted == {k: _AT_START[k] for k in NCCL_READ_ONCE} or can_reset:
         return
     asked = ", ".join(f"{k}={v}" for k, v in wanted.items() if v is not None) or "no NCCL log"
     raise LaunchError(
