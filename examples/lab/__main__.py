@@ -10,6 +10,7 @@ book's (see ``examples/lab/compare.py``).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sys
@@ -132,6 +133,8 @@ def _run(args) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("python -m examples.lab run: error: --device cuda: no CUDA GPU is visible")
     device = rank_device(torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu"))
+    if args.memory_limit is not None:
+        _limit_memory(device, args.memory_limit)
     command = shlex.join(["python", "-m", "examples.lab", *sys.argv[1:]])
 
     failures, written, skipped, started = [], [], [], time.perf_counter()
@@ -161,13 +164,32 @@ def _run(args) -> int:
 EXIT_INTERRUPTED = 130
 
 
+def _limit_memory(device, limit_gib: float) -> None:
+    """``--memory-limit``: act as a smaller card. torch's allocator in this process may hold
+    at most ``limit_gib``, and each topic's need is checked against it (a topic's own
+    processes, the profilers' and the ranks', are not capped: their needs are still checked)."""
+    import torch
+
+    if device.type != "cuda":
+        fail("python -m examples.lab run: error: --memory-limit needs a CUDA GPU; this run is on the CPU")
+    total = torch.cuda.get_device_properties(device).total_memory
+    if limit_gib * 2**30 >= total:
+        fail(f"python -m examples.lab run: error: --memory-limit {limit_gib:g}: this GPU has only "
+             f"{total / 2**30:.1f} GiB")
+    torch.cuda.set_per_process_memory_fraction(limit_gib * 2**30 / total, device)
+
+
 def _run_topics(args, bar, device, command: str, started: float, written: list, skipped: list,
                 failures: list) -> None:
     """Run each topic of ``bar`` and write its record, appending to ``written``, ``skipped`` and
     ``failures`` as it goes (so that an interrupt leaves them telling what was done)."""
+    from examples.lab import memory
     from examples.lab.harness import CheckFailed, Unavailable, missing_gpus, requires_cuda, run_measurement
     from examples.lab.records import RecordError, write_record
     from examples.lab.registry import import_topic
+
+    needs = memory.needs() if device.type == "cuda" else {}
+    gpu = _gpu_name(device)
 
     topics = list(bar.iterable)
     poisoned_by = None  # a topic whose CUDA error left this process's context unusable
@@ -192,9 +214,16 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
         if missing:
             skipped.append(f"{topic}: {missing}")
             continue
+        room = memory.available(device, args.memory_limit) if device.type == "cuda" else None
+        too_big = None if room is None or args.quick else memory.does_not_fit(needs.get(topic), room, gpu)
+        if too_big:
+            skipped.append(f"{topic}: {too_big}")
+            continue
+        watch = memory.PeakWatch() if device.type == "cuda" else contextlib.nullcontext()
         try:
-            record = run_measurement(module, device=device, quick=args.quick, command=command,
-                                     on_case=lambda text: bar.set_postfix_str(text[:60]))
+            with watch:
+                record = run_measurement(module, device=device, quick=args.quick, command=command,
+                                         on_case=lambda text: bar.set_postfix_str(text[:60]))
         except Unavailable as exc:
             skipped.append(f"{topic}: {exc}")
             continue
@@ -205,18 +234,60 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
             failures.append(f"{topic}: {exc}")
             continue
         except Exception as exc:  # noqa: BLE001 - any error of one topic is its one line; the others run
+            if device.type == "cuda" and memory.is_out_of_memory(exc):
+                failures.append(f"{topic}: {memory.out_of_memory_line(exc, needs.get(topic), room, gpu)}")
+                _free_memory(device)  # what the failed topic left is garbage now: the next topics run
+                continue
             failures.append(f"{topic}: {failure_line(exc)}")
             if "CUDA error" in str(exc) or not _device_usable(device):
                 poisoned_by = topic  # sticky: every later CUDA call of this process fails the same way
             continue
         finally:
             _release_shared(module, topics, topic)
+        if device.type == "cuda" and not args.quick:
+            _report_peak(topic, watch.peak, gpu)
         try:
             written.append((write_record(args.out, record), record.run.wall_s))
         except RecordError as exc:  # a figure the loader would refuse is never written
             failures.append(f"{topic}: {exc}")
         except OSError as exc:
             failures.append(f"{topic}: cannot write its record under {args.out}: {exc.strerror or exc}")
+
+
+def _gpu_name(device) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "this machine"
+
+
+def _free_memory(device) -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    try:
+        torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001 - a context that cannot free says so at the next topic
+        pass
+
+
+def _report_peak(topic: str, peak: int | None, gpu: str) -> None:
+    """The GPU memory a topic took (``examples/lab/memory.py``): a trace line, and one JSON
+    line appended to ``LAB_MEMORY_PEAKS`` where that names a file (how the book's table of
+    needs is made: ``python -m examples.lab.memory FILE ...``)."""
+    if peak is None:
+        return
+    if os.environ.get("LAB_TRACE") == "1":
+        from examples.lab.memory import gib
+
+        print(f"[lab] {topic} took {gib(peak)} of GPU memory at its peak", file=sys.stderr, flush=True)
+    target = os.environ.get("LAB_MEMORY_PEAKS")
+    if target:
+        import json
+
+        with open(target, "a") as out:
+            out.write(json.dumps({"topic": topic, "peak_bytes": peak, "gpu": gpu}) + "\n")
 
 
 def _freeze_imported(topics: list[str]) -> None:
@@ -489,6 +560,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--quick", action="store_true", help="small sizes and few repetitions")
     run.add_argument("--repeat", type=positive(int), default=1, metavar="N",
                      help="N independent runs, each in a fresh process (default 1)")
+    run.add_argument("--memory-limit", type=positive(float), default=None, metavar="GIB",
+                     help="act as a GPU with this much memory: cap torch's allocator and skip "
+                          "the topics that need more")
     run.set_defaults(handler=_run)
     validate = sub.add_parser("validate", help="check every record under a folder")
     validate.add_argument("dir", type=Path, metavar="DIR")

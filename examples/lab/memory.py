@@ -1,0 +1,253 @@
+"""GPU memory, as the runner sees it: what a topic took, what it needs, what this GPU has.
+
+A reader's GPU may have 8 GiB or 141. Each topic's need is measured by the runner itself
+(the peak of the device memory in use while the topic ran, less what was in use before it,
+sampled through NVML so that a topic's own processes count too) and kept in
+``memory_needs.json`` beside this file: the largest peak of the book's GPU runs. Before a
+topic starts, the runner compares its need with what this GPU can give it and, where it
+cannot fit, skips it in one line instead of failing minutes later; a topic that still runs
+out of memory fails in one line too, and the topics after it run.
+
+The table is bookkeeping, not measuring code: a change to it stales no record.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+GIB = 2**30
+NEEDS_FILE = Path(__file__).with_name("memory_needs.json")
+#: Kept free beside a topic's need: fragmentation and a few MiB of cuBLAS workspace that a
+#: peak sampled every few milliseconds can miss.
+MARGIN_GIB = 0.5
+
+
+def needs(path: Path = NEEDS_FILE) -> dict[str, float]:
+    """Topic -> GiB of GPU memory it needs (per GPU), from the committed table; {} if absent."""
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {topic: float(entry["gib"]) for topic, entry in table.get("topics", {}).items()}
+
+
+def gib(nbytes: float) -> str:
+    """Bytes in GiB as a reader reads them.
+
+    >>> gib(3.54 * 2**30), gib(80 * 2**30), gib(141.9 * 2**30), gib(0.04 * 2**30)
+    ('3.5 GiB', '80.0 GiB', '142 GiB', '0.04 GiB')
+    """
+    value = nbytes / GIB
+    if value >= 100:
+        return f"{value:.0f} GiB"
+    return f"{value:.1f} GiB" if value >= 0.1 else f"{value:.2f} GiB"
+
+
+def available(device, limit_gib: float | None = None) -> float:
+    """Bytes a topic starting now could have on ``device``: what is free, plus what this
+    process's allocator holds and would hand back; at most ``limit_gib`` (a smaller card's
+    memory, for ``--memory-limit``) less what is in use beside this process's allocator."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(device)
+    mine = torch.cuda.memory_reserved(device)
+    room = free + mine
+    if limit_gib is not None:
+        room = min(room, limit_gib * GIB - (total - free - mine))
+    return max(room, 0)
+
+
+def does_not_fit(need_gib: float | None, room: float, gpu: str) -> str | None:
+    """The skip line for a topic that cannot fit, or None where it fits (or its need is unknown).
+
+    >>> does_not_fit(31.2, 11.5 * 2**30, "NVIDIA GeForce RTX 4070")
+    "needs about 31.7 GiB of GPU memory (measured on the book's GPUs); NVIDIA GeForce RTX 4070 has 11.5 GiB free for it: skipped (its page shows the book's own runs)"
+    >>> does_not_fit(31.2, 40 * 2**30, "NVIDIA A100") is None
+    True
+    """
+    if need_gib is None or (need_gib + MARGIN_GIB) * GIB <= room:
+        return None
+    return (f"needs about {gib((need_gib + MARGIN_GIB) * GIB)} of GPU memory (measured on the book's GPUs); "
+            f"{gpu} has {gib(room)} free for it: skipped (its page shows the book's own runs)")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """A CUDA out-of-memory error: torch's own, or one a topic's process reported in text."""
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return "CUDA out of memory" in text or "CUBLAS_STATUS_ALLOC_FAILED" in text \
+        or "cudaErrorMemoryAllocation" in text
+
+
+def out_of_memory_line(exc: BaseException, need_gib: float | None, room: float, gpu: str) -> str:
+    """One line in the book's words for a topic that ran out of GPU memory.
+
+    >>> class Fake(Exception): pass
+    >>> out_of_memory_line(Fake("CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has ..."),
+    ...                    31.2, 23.4 * 2**30, "NVIDIA GeForce RTX 4090")
+    'ran out of GPU memory (asked for 1.96 GiB more): it needs about 31.7 GiB, NVIDIA GeForce RTX 4090 had 23.4 GiB free for it; run it on a GPU with more memory'
+    """
+    asked = re.search(r"Tried to allocate ([\d.]+ [KMGT]iB)", str(exc))
+    more = f" (asked for {asked.group(1)} more)" if asked else ""
+    need = f"it needs about {gib((need_gib + MARGIN_GIB) * GIB)}, " if need_gib is not None else ""
+    return (f"ran out of GPU memory{more}: {need}{gpu} had {gib(room)} free for it; "
+            "run it on a GPU with more memory")
+
+
+class PeakWatch:
+    """The peak of device memory in use on the visible GPUs while the block runs, above what
+    was in use before it less what this process's allocator held (a topic may reuse that).
+    Every process of the topic counts: NVML is read every few milliseconds by a watcher
+    process (:func:`watch`), not a thread of this one, which would take the interpreter's lock
+    from the very loops the topics time. ``peak`` is None where NVML cannot be read."""
+
+    _watcher = None  # one watcher for the run, started at the first topic
+
+    def __init__(self):
+        self.peak = None
+
+    @classmethod
+    def _ask(cls, line: str) -> str | None:
+        import atexit
+        import subprocess
+        import sys
+
+        if cls._watcher is None:
+            cls._watcher = subprocess.Popen(
+                [sys.executable, "-m", "examples.lab.memory", "--watch", *map(str, _nvml_indices())],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            atexit.register(cls._watcher.kill)
+        if cls._watcher.poll() is not None:
+            return None  # no NVML there: it said so and left
+        try:
+            cls._watcher.stdin.write(line + "\n")
+            cls._watcher.stdin.flush()
+            return cls._watcher.stdout.readline().strip() or None
+        except OSError:
+            return None
+
+    def __enter__(self):
+        import torch
+
+        self._held = sum(torch.cuda.memory_reserved(i) for i in range(torch.cuda.device_count()))
+        self._on = self._ask("start") == "ok"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self._on:
+            return
+        reply = self._ask("stop")
+        try:
+            grown = json.loads(reply)
+        except (TypeError, ValueError):
+            return
+        # The allocator's blocks held at the start were free for the topic, and in use all along.
+        self.peak = max(max(grown) + self._held, 0)
+
+
+def watch(indices: list[int], interval: float = 0.004) -> None:
+    """The watcher: "start" takes each GPU's memory in use and answers "ok"; "stop" answers
+    each GPU's growth since, at its peak (JSON); between them it reads NVML every
+    ``interval`` seconds. Leaves at once, silent, where NVML cannot be read."""
+    import select
+    import sys
+
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+    except Exception:  # noqa: BLE001 - no NVML here: the runner reports no peaks
+        return
+
+    def used() -> list[int]:
+        return [pynvml.nvmlDeviceGetMemoryInfo(h).used for h in handles]
+
+    base = top = None
+    while True:
+        ready, _, _ = select.select([sys.stdin], [], [], interval)
+        if ready:
+            command = sys.stdin.readline().strip()
+            if command == "start":
+                base = top = used()
+                print("ok", flush=True)
+            elif command == "stop" and base is not None:
+                top = [max(t, u) for t, u in zip(top, used())]
+                print(json.dumps([t - b for t, b in zip(top, base)]), flush=True)
+                base = None
+            elif not command:
+                return  # the runner is gone
+        elif base is not None:
+            top = [max(t, u) for t, u in zip(top, used())]
+
+
+def _nvml_indices() -> list[int]:
+    """NVML's indices of the GPUs this process sees (CUDA_VISIBLE_DEVICES, when it names indices)."""
+    import os
+
+    import torch
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    count = torch.cuda.device_count()
+    if visible:
+        parts = [p.strip() for p in visible.split(",") if p.strip()]
+        if all(p.isdigit() for p in parts):
+            return [int(p) for p in parts][:count]
+    return list(range(count))
+
+
+def table(lines: list[dict]) -> dict:
+    """The needs table from the runner's peak lines (``LAB_MEMORY_PEAKS``): per topic, its
+    largest peak over every run and GPU, rounded up to a tenth of a GiB.
+
+    >>> table([{"topic": "a.b", "peak_bytes": 1.23 * 2**30, "gpu": "NVIDIA H100"},
+    ...        {"topic": "a.b", "peak_bytes": 1.31 * 2**30, "gpu": "NVIDIA H200"}])["topics"]
+    {'a.b': {'gib': 1.4, 'runs': 2, 'gpus': ['NVIDIA H100', 'NVIDIA H200']}}
+    """
+    import math
+
+    topics: dict[str, dict] = {}
+    for line in lines:
+        entry = topics.setdefault(line["topic"], {"gib": 0.0, "runs": 0, "gpus": []})
+        entry["gib"] = max(entry["gib"], math.ceil(round(line["peak_bytes"] / GIB * 10, 6)) / 10)
+        entry["runs"] += 1
+        if line["gpu"] not in entry["gpus"]:
+            entry["gpus"].append(line["gpu"])
+    return {"about": "GiB of GPU memory each topic took at its peak, per GPU, the largest of the "
+                     "runs listed (examples/lab/memory.py); the runner skips a topic a GPU cannot fit",
+            "topics": dict(sorted(topics.items()))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m examples.lab.memory PEAKS.jsonl ...``: write the needs table."""
+    import argparse
+    import sys
+
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--watch"]:  # the runner's watcher process (PeakWatch)
+        watch([int(i) for i in argv[1:]])
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m examples.lab.memory", description=main.__doc__)
+    parser.add_argument("peaks", nargs="+", type=Path, help="files of the runner's LAB_MEMORY_PEAKS lines")
+    parser.add_argument("--out", type=Path, default=NEEDS_FILE)
+    args = parser.parse_args(argv)
+    lines = []
+    for path in args.peaks:
+        try:
+            lines += [json.loads(text) for text in path.read_text().splitlines() if text.strip()]
+        except (OSError, ValueError) as exc:
+            print(f"python -m examples.lab.memory: error: {path}: {exc}", file=sys.stderr)
+            return 2
+    args.out.write_text(json.dumps(table(lines), indent=1) + "\n")
+    print(f"wrote {args.out}: {len(table(lines)['topics'])} topics")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

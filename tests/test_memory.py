@@ -1,0 +1,34 @@
+"""The runner's GPU memory table: made from its own peak lines, read back, bad input in one line."""
+
+from __future__ import annotations
+
+import json
+
+from examples.lab import memory
+
+
+def test_the_table_made_from_peak_lines_reads_back_as_needs(tmp_path):
+    peaks = tmp_path / "peaks.jsonl"
+    peaks.write_text("\n".join(json.dumps(line) for line in [
+        {"topic": "capstone.decode", "peak_bytes": 30.01 * 2**30, "gpu": "NVIDIA H100 80GB HBM3"},
+        {"topic": "capstone.decode", "peak_bytes": 31.2 * 2**30, "gpu": "NVIDIA H200"},
+        {"topic": "stack.roofline", "peak_bytes": 2.0 * 2**30, "gpu": "NVIDIA H200"}]) + "\n")
+    out = tmp_path / "needs.json"
+    assert memory.main([str(peaks), "--out", str(out)]) == 0
+    assert memory.needs(out) == {"capstone.decode": 31.2, "stack.roofline": 2.0}  # the largest run, in tenths
+    assert memory.needs(tmp_path / "absent.json") == {}
+
+
+def test_a_broken_peaks_file_is_one_line_and_status_2(tmp_path, capsys):
+    bad = tmp_path / "peaks.jsonl"
+    bad.write_text("{not json\n")
+    assert memory.main([str(bad), "--out", str(tmp_path / "needs.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("python -m examples.lab.memory: error: ") and "\n" not in err
+    assert not (tmp_path / "needs.json").exists()
+
+
+def test_every_topic_in_the_committed_table_is_a_topic():
+    from examples.lab.registry import measured_topics
+
+    assert set(memory.needs()) <= set(measured_topics())
