@@ -176,7 +176,8 @@ def _limit_memory(device, limit_gib: float) -> None:
     if limit_gib * 2**30 >= total:
         fail(f"python -m examples.lab run: error: --memory-limit {limit_gib:g}: this GPU has only "
              f"{total / 2**30:.1f} GiB")
-    torch.cuda.set_per_process_memory_fraction(limit_gib * 2**30 / total, device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    torch.cuda.set_per_process_memory_fraction(limit_gib * 2**30 / total, index)
 
 
 def _run_topics(args, bar, device, command: str, started: float, written: list, skipped: list,
@@ -220,6 +221,10 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
             skipped.append(f"{topic}: {too_big}")
             continue
         watch = memory.PeakWatch() if device.type == "cuda" else contextlib.nullcontext()
+        if device.type == "cuda":
+            # What the last topic left cached would count in this one's peak (the watch
+            # starts from memory in use); the harness frees it at the topic's start anyway.
+            _free_memory(device)
         try:
             with watch:
                 record = run_measurement(module, device=device, quick=args.quick, command=command,
