@@ -172,12 +172,18 @@ def _limit_memory(device, limit_gib: float) -> None:
 
     if device.type != "cuda":
         fail("python -m examples.lab run: error: --memory-limit needs a CUDA GPU; this run is on the CPU")
-    total = torch.cuda.get_device_properties(device).total_memory
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    free, total = torch.cuda.mem_get_info(index)
     if limit_gib * 2**30 >= total:
         fail(f"python -m examples.lab run: error: --memory-limit {limit_gib:g}: this GPU has only "
              f"{total / 2**30:.1f} GiB")
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    torch.cuda.set_per_process_memory_fraction(limit_gib * 2**30 / total, index)
+    # What the card would hold besides the allocator's blocks (this process's CUDA context, other
+    # processes) counts against the limit too, as it would on a card of that size.
+    beside = total - free - torch.cuda.memory_reserved(index)
+    if limit_gib * 2**30 <= beside:
+        fail(f"python -m examples.lab run: error: --memory-limit {limit_gib:g}: {beside / 2**30:.1f} GiB "
+             "of this GPU is in use already")
+    torch.cuda.set_per_process_memory_fraction((limit_gib * 2**30 - beside) / total, index)
 
 
 def _run_topics(args, bar, device, command: str, started: float, written: list, skipped: list,
@@ -190,6 +196,9 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
     from examples.lab.registry import import_topic
 
     needs = memory.needs() if device.type == "cuda" else {}
+    if device.type == "cuda" and not needs and not args.quick:
+        print(f"[lab] no table of GPU memory needs ({memory.NEEDS_FILE.name}): no topic is checked before "
+              "it starts; one that runs out of memory fails in one line", file=sys.stderr, flush=True)
     gpu = _gpu_name(device)
 
     topics = list(bar.iterable)
@@ -220,8 +229,9 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
         if too_big:
             skipped.append(f"{topic}: {too_big}")
             continue
-        watch = memory.PeakWatch() if device.type == "cuda" else contextlib.nullcontext()
-        if device.type == "cuda":
+        watching = device.type == "cuda" and not args.quick and memory.PeakWatch.wanted()
+        watch = memory.PeakWatch() if watching else contextlib.nullcontext()
+        if watching:
             # What the last topic left cached would count in this one's peak (the watch
             # starts from memory in use); the harness frees it at the topic's start anyway.
             _free_memory(device)
@@ -241,6 +251,7 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
         except Exception as exc:  # noqa: BLE001 - any error of one topic is its one line; the others run
             if device.type == "cuda" and memory.is_out_of_memory(exc):
                 failures.append(f"{topic}: {memory.out_of_memory_line(exc, needs.get(topic), room, gpu)}")
+                exc.__traceback__ = None  # its frames hold the failed topic's tensors
                 _free_memory(device)  # what the failed topic left is garbage now: the next topics run
                 continue
             failures.append(f"{topic}: {failure_line(exc)}")
@@ -249,7 +260,7 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
             continue
         finally:
             _release_shared(module, topics, topic)
-        if device.type == "cuda" and not args.quick:
+        if watching:
             _report_peak(topic, watch.peak, gpu)
         try:
             written.append((write_record(args.out, record), record.run.wall_s))
@@ -278,9 +289,9 @@ def _free_memory(device) -> None:
 
 
 def _report_peak(topic: str, peak: int | None, gpu: str) -> None:
-    """The GPU memory a topic took (``examples/lab/memory.py``): a trace line, and one JSON
-    line appended to ``LAB_MEMORY_PEAKS`` where that names a file (how the book's table of
-    needs is made: ``python -m examples.lab.memory FILE ...``)."""
+    """The GPU memory a topic took (``examples/lab/memory.py``), measured only where
+    ``LAB_MEMORY_PEAKS`` names a file: one JSON line appended to it (how the book's table of
+    needs is made: ``python -m examples.lab.memory FILE ...``), and a trace line."""
     if peak is None:
         return
     if os.environ.get("LAB_TRACE") == "1":

@@ -19,8 +19,8 @@ from pathlib import Path
 
 GIB = 2**30
 NEEDS_FILE = Path(__file__).with_name("memory_needs.json")
-#: Kept free beside a topic's need: fragmentation and a few MiB of cuBLAS workspace that a
-#: peak sampled every few milliseconds can miss.
+#: Kept free beside a topic's need: a peak sampled every few milliseconds can miss a
+#: short-lived allocation (a profiler's or a rank's process starting and leaving).
 MARGIN_GIB = 0.5
 
 
@@ -63,13 +63,13 @@ def does_not_fit(need_gib: float | None, room: float, gpu: str) -> str | None:
     """The skip line for a topic that cannot fit, or None where it fits (or its need is unknown).
 
     >>> does_not_fit(31.2, 11.5 * 2**30, "NVIDIA GeForce RTX 4070")
-    "needs about 31.7 GiB of GPU memory (measured on the book's GPUs); NVIDIA GeForce RTX 4070 has 11.5 GiB free for it: skipped (its page shows the book's own runs)"
+    "took up to 31.7 GiB of GPU memory on the book's GPUs; NVIDIA GeForce RTX 4070 has 11.5 GiB free for it: skipped (its page shows the book's own runs)"
     >>> does_not_fit(31.2, 40 * 2**30, "NVIDIA A100") is None
     True
     """
     if need_gib is None or (need_gib + MARGIN_GIB) * GIB <= room:
         return None
-    return (f"needs about {gib((need_gib + MARGIN_GIB) * GIB)} of GPU memory (measured on the book's GPUs); "
+    return (f"took up to {gib((need_gib + MARGIN_GIB) * GIB)} of GPU memory on the book's GPUs; "
             f"{gpu} has {gib(room)} free for it: skipped (its page shows the book's own runs)")
 
 
@@ -90,51 +90,64 @@ def out_of_memory_line(exc: BaseException, need_gib: float | None, room: float, 
     >>> class Fake(Exception): pass
     >>> out_of_memory_line(Fake("CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has ..."),
     ...                    31.2, 23.4 * 2**30, "NVIDIA GeForce RTX 4090")
-    'ran out of GPU memory (asked for 1.96 GiB more): it needs about 31.7 GiB, NVIDIA GeForce RTX 4090 had 23.4 GiB free for it; run it on a GPU with more memory'
+    "ran out of GPU memory (asked for 1.96 GiB more): it took up to 31.7 GiB on the book's GPUs, NVIDIA GeForce RTX 4090 had 23.4 GiB free for it; run it on a GPU with more memory"
     """
     asked = re.search(r"Tried to allocate ([\d.]+ [KMGT]iB)", str(exc))
     more = f" (asked for {asked.group(1)} more)" if asked else ""
-    need = f"it needs about {gib((need_gib + MARGIN_GIB) * GIB)}, " if need_gib is not None else ""
+    need = f"it took up to {gib((need_gib + MARGIN_GIB) * GIB)} on the book's GPUs, " if need_gib is not None else ""
     return (f"ran out of GPU memory{more}: {need}{gpu} had {gib(room)} free for it; "
             "run it on a GPU with more memory")
 
 
 class PeakWatch:
     """The peak of device memory in use on the visible GPUs while the block runs, above what
-    was in use before it less what this process's allocator held (a topic may reuse that).
-    Every process of the topic counts: NVML is read every few milliseconds by a watcher
-    process (:func:`watch`), not a thread of this one, which would take the interpreter's lock
-    from the very loops the topics time. ``peak`` is None where NVML cannot be read."""
+    was in use before it less what this process's allocator held on that GPU (a topic may
+    reuse that). Every process of the topic counts: NVML is read every few milliseconds by a
+    watcher process (:func:`watch`), not a thread of this one, which would take the
+    interpreter's lock from the very loops the topics time. ``peak`` is None where NVML
+    cannot be read. The runner watches only when asked to report peaks (``wanted``)."""
 
     _watcher = None  # one watcher for the run, started at the first topic
+    #: Seconds to wait for the watcher's answer: one that hangs (in NVML) costs a run no more.
+    TIMEOUT = 10.0
 
     def __init__(self):
         self.peak = None
 
+    @staticmethod
+    def wanted() -> bool:
+        """Peaks are measured only for ``LAB_MEMORY_PEAKS``, and by one process of a launched
+        run (rank 0): every rank watching every GPU would read NVML thousands of times a second."""
+        import os
+
+        return bool(os.environ.get("LAB_MEMORY_PEAKS")) and os.environ.get("RANK", "0") == "0"
+
     @classmethod
     def _ask(cls, line: str) -> str | None:
         import atexit
+        import select
         import subprocess
         import sys
 
         if cls._watcher is None:
             cls._watcher = subprocess.Popen(
-                [sys.executable, "-m", "examples.lab.memory", "--watch", *map(str, _nvml_indices())],
+                [sys.executable, "-m", "examples.lab.memory", "--watch", *_visible_uuids()],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             atexit.register(cls._watcher.kill)
         if cls._watcher.poll() is not None:
-            return None  # no NVML there: it said so and left
+            return None  # no NVML there: it left at once
         try:
             cls._watcher.stdin.write(line + "\n")
             cls._watcher.stdin.flush()
-            return cls._watcher.stdout.readline().strip() or None
+            ready, _, _ = select.select([cls._watcher.stdout], [], [], cls.TIMEOUT)
+            return cls._watcher.stdout.readline().strip() or None if ready else None
         except OSError:
             return None
 
     def __enter__(self):
         import torch
 
-        self._held = sum(torch.cuda.memory_reserved(i) for i in range(torch.cuda.device_count()))
+        self._held = [torch.cuda.memory_reserved(i) for i in range(torch.cuda.device_count())]
         self._on = self._ask("start") == "ok"
         return self
 
@@ -146,11 +159,12 @@ class PeakWatch:
             grown = json.loads(reply)
         except (TypeError, ValueError):
             return
-        # The allocator's blocks held at the start were free for the topic, and in use all along.
-        self.peak = max(max(grown) + self._held, 0)
+        # The allocator's blocks held at the start on a GPU were free for the topic there,
+        # and in use all along.
+        self.peak = max(max(g + h for g, h in zip(grown, self._held, strict=True)), 0)
 
 
-def watch(indices: list[int], interval: float = 0.004) -> None:
+def watch(uuids: list[str], interval: float = 0.004) -> None:
     """The watcher: "start" takes each GPU's memory in use and answers "ok"; "stop" answers
     each GPU's growth since, at its peak (JSON); between them it reads NVML every
     ``interval`` seconds. Leaves at once, silent, where NVML cannot be read."""
@@ -161,7 +175,7 @@ def watch(indices: list[int], interval: float = 0.004) -> None:
         import pynvml
 
         pynvml.nvmlInit()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+        handles = [pynvml.nvmlDeviceGetHandleByUUID(u) for u in uuids]
     except Exception:  # noqa: BLE001 - no NVML here: the runner reports no peaks
         return
 
@@ -186,19 +200,16 @@ def watch(indices: list[int], interval: float = 0.004) -> None:
             top = [max(t, u) for t, u in zip(top, used())]
 
 
-def _nvml_indices() -> list[int]:
-    """NVML's indices of the GPUs this process sees (CUDA_VISIBLE_DEVICES, when it names indices)."""
-    import os
-
+def _visible_uuids() -> list[str]:
+    """NVML's names (UUIDs) of the GPUs this process sees, in torch's order: indices would
+    name other GPUs where CUDA_VISIBLE_DEVICES holds UUIDs or CUDA orders GPUs otherwise."""
     import torch
 
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    count = torch.cuda.device_count()
-    if visible:
-        parts = [p.strip() for p in visible.split(",") if p.strip()]
-        if all(p.isdigit() for p in parts):
-            return [int(p) for p in parts][:count]
-    return list(range(count))
+    uuids = []
+    for i in range(torch.cuda.device_count()):
+        text = str(torch.cuda.get_device_properties(i).uuid)
+        uuids.append(text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}")
+    return uuids
 
 
 def table(lines: list[dict]) -> dict:
@@ -231,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     if argv[:1] == ["--watch"]:  # the runner's watcher process (PeakWatch)
-        watch([int(i) for i in argv[1:]])
+        watch(argv[1:])
         return 0
     parser = argparse.ArgumentParser(prog="python -m examples.lab.memory", description=main.__doc__)
     parser.add_argument("peaks", nargs="+", type=Path, help="files of the runner's LAB_MEMORY_PEAKS lines")
