@@ -352,10 +352,19 @@ def pages(site):
         chromium.close()
 
 
+#: The inputs of a widget that do not hold their start value: ``[name, start value]``.
+CHANGED_JS = """(widget) => [...widget.querySelectorAll("input[name]")]
+  .filter(input => input.value !== input.dataset.default).map(input => [input.name, input.dataset.default])"""
+
+
 def widget_result(page, name: str, typed: dict[str, str]) -> dict:
     widget = page.locator(f'[data-lab-calculator="{name}"]')
-    for field in widget.locator("input[name]").all():  # back to the page's start values
-        field.fill(field.get_attribute("data-default"))
+    # Back to the page's start values: only the inputs that left theirs are typed again. The widget
+    # recomputes from all its inputs on each input event, so typing a start value into a field that
+    # holds it changed nothing; it was most of this module's browser time (each fill waits for the
+    # field to be visible, stable and editable, then recomputes and redraws the widget and its plot).
+    for key, start in widget.evaluate(CHANGED_JS):
+        widget.locator(f'input[name="{key}"]').fill(start)
     for key, text in typed.items():
         widget.locator(f'input[name="{key}"]').fill(text)
     return widget.evaluate(READ_JS)

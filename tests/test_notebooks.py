@@ -11,6 +11,7 @@ with nothing loaded from another host.
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -67,24 +68,42 @@ def test_a_failing_example_fails_its_notebook(tmp_path):
         ns["run"](failing, ["--quick"])
 
 
+#: Calculators whose run takes seconds of CPU (an FP8 scaling of a 1024 x 4096 matrix, an ONNX
+#: export, a 4096 x 4096 int8 product: 15 CPU-s in all, most of the Chapter 7 kernel's): like a
+#: measured example, only their command line is parsed here. test_runs_on_cpu runs each for real
+#: with the same arguments as its notebook cell (``EXAMPLE_ARGV``); the other calculators still
+#: run for real in the kernels, through the notebook's own ``run``.
+SLOW_CALCULATORS = ("examples.ecosystem.fp8_scaling", "examples.ecosystem.onnx_export",
+                    "examples.capstone.int8_linear")
+
 #: Put in after the set-up cell, in the test's copy only: measured examples are not run
 #: again here. Each one's quick CPU run, with the same command line, is test_runs_on_cpu's
 #: (``tests/test_examples.py``; ``--device auto`` is the CPU there); running all of them a
 #: second time in the kernels cost CI two minutes. The kernel still runs the set-up and
 #: imports every example; a measured example's command line must parse; a calculator
-#: runs for real, through the notebook's own ``run``.
-ONLY_PARSE_MEASURED = """\
+#: runs for real, through the notebook's own ``run`` (but for ``SLOW_CALCULATORS``: parsed).
+ONLY_PARSE_MEASURED = f"""\
 import contextlib, io
 _run = run
 
 def run(module, argv):
-    if getattr(module, "EXAMPLE_ARGV", None) is not None:
+    if getattr(module, "EXAMPLE_ARGV", None) is not None and module.__name__ not in {SLOW_CALCULATORS!r}:
         return _run(module, argv)
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
         module.main([*argv, "--help"])  # parses argv up to --help, then exits
     if "usage:" not in out.getvalue():
-        raise RuntimeError(f"{module.__name__} {argv}: its command line did not parse")"""
+        raise RuntimeError(f"{{module.__name__}} {{argv}}: its command line did not parse")"""
+
+
+def test_the_slow_calculators_are_calculators_run_by_test_runs_on_cpu():
+    """A name here that no longer is a calculator (or is left to another test) would skip nothing, or hide one."""
+    from tests.test_examples import RUN_BY_THEIR_OWN_TEST, TOPICS
+
+    for name in SLOW_CALCULATORS:
+        topic = name.removeprefix("examples.")
+        assert topic in TOPICS and topic not in RUN_BY_THEIR_OWN_TEST, name
+        assert getattr(importlib.import_module(name), "EXAMPLE_ARGV", None) is not None, f"{name} is no calculator"
 
 
 def _execute(path: Path) -> tuple[str, str | None]:
