@@ -32,3 +32,21 @@ def test_every_topic_in_the_committed_table_is_a_topic():
     from examples.lab.registry import measured_topics
 
     assert set(memory.needs()) <= set(measured_topics())
+
+
+def test_a_memory_limit_counts_what_the_card_holds_beside_the_allocator(monkeypatch):
+    import pytest
+    import torch
+
+    capped = []
+    monkeypatch.setattr(memory, "_usage", lambda device: (70 * 2**30, 80 * 2**30, 2 * 2**30))  # free, total, held
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, i: capped.append((f, i)))
+    memory.cap_allocator(torch.device("cuda"), 24)
+    assert capped == [((24 - 8) / 80, 0)]  # in use beside the allocator: 80 - 70 - 2 = 8 GiB
+    assert memory.available(torch.device("cuda"), 24) == 16 * 2**30
+    with pytest.raises(ValueError, match=r"^--memory-limit 80: this GPU has only 80\.0 GiB$"):
+        memory.cap_allocator(torch.device("cuda"), 80)
+    with pytest.raises(ValueError, match=r"^--memory-limit 8: 8\.0 GiB of this GPU is in use already$"):
+        memory.cap_allocator(torch.device("cuda"), 8)
+    assert len(capped) == 1

@@ -165,25 +165,16 @@ EXIT_INTERRUPTED = 130
 
 
 def _limit_memory(device, limit_gib: float) -> None:
-    """``--memory-limit``: act as a smaller card. torch's allocator in this process may hold
-    at most ``limit_gib``, and each topic's need is checked against it (a topic's own
-    processes, the profilers' and the ranks', are not capped: their needs are still checked)."""
-    import torch
+    """``--memory-limit``: act as a smaller card (``memory.cap_allocator``); each topic's need is
+    checked against it too. A topic's own processes (the profilers', the ranks') are not capped."""
+    from examples.lab import memory
 
     if device.type != "cuda":
         fail("python -m examples.lab run: error: --memory-limit needs a CUDA GPU; this run is on the CPU")
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    free, total = torch.cuda.mem_get_info(index)
-    if limit_gib * 2**30 >= total:
-        fail(f"python -m examples.lab run: error: --memory-limit {limit_gib:g}: this GPU has only "
-             f"{total / 2**30:.1f} GiB")
-    # What the card would hold besides the allocator's blocks (this process's CUDA context, other
-    # processes) counts against the limit too, as it would on a card of that size.
-    beside = total - free - torch.cuda.memory_reserved(index)
-    if limit_gib * 2**30 <= beside:
-        fail(f"python -m examples.lab run: error: --memory-limit {limit_gib:g}: {beside / 2**30:.1f} GiB "
-             "of this GPU is in use already")
-    torch.cuda.set_per_process_memory_fraction((limit_gib * 2**30 - beside) / total, index)
+    try:
+        memory.cap_allocator(device, limit_gib)
+    except ValueError as exc:
+        fail(f"python -m examples.lab run: error: {exc}")
 
 
 def _run_topics(args, bar, device, command: str, started: float, written: list, skipped: list,
@@ -292,18 +283,16 @@ def _report_peak(topic: str, peak: int | None, gpu: str) -> None:
     """The GPU memory a topic took (``examples/lab/memory.py``), measured only where
     ``LAB_MEMORY_PEAKS`` names a file: one JSON line appended to it (how the book's table of
     needs is made: ``python -m examples.lab.memory FILE ...``), and a trace line."""
+    import json
+
+    from examples.lab.memory import gib
+
     if peak is None:
         return
     if os.environ.get("LAB_TRACE") == "1":
-        from examples.lab.memory import gib
-
         print(f"[lab] {topic} took {gib(peak)} of GPU memory at its peak", file=sys.stderr, flush=True)
-    target = os.environ.get("LAB_MEMORY_PEAKS")
-    if target:
-        import json
-
-        with open(target, "a") as out:
-            out.write(json.dumps({"topic": topic, "peak_bytes": peak, "gpu": gpu}) + "\n")
+    with open(os.environ["LAB_MEMORY_PEAKS"], "a") as out:  # set: PeakWatch.wanted() said so
+        out.write(json.dumps({"topic": topic, "peak_bytes": peak, "gpu": gpu}) + "\n")
 
 
 def _freeze_imported(topics: list[str]) -> None:

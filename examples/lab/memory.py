@@ -45,18 +45,39 @@ def gib(nbytes: float) -> str:
     return f"{value:.1f} GiB" if value >= 0.1 else f"{value:.2f} GiB"
 
 
+def _usage(device) -> tuple[int, int, int]:
+    """Bytes on ``device``: free, in all, and held by this process's allocator (used or cached)."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(device)
+    return free, total, torch.cuda.memory_reserved(device)
+
+
 def available(device, limit_gib: float | None = None) -> float:
     """Bytes a topic starting now could have on ``device``: what is free, plus what this
     process's allocator holds and would hand back; at most ``limit_gib`` (a smaller card's
     memory, for ``--memory-limit``) less what is in use beside this process's allocator."""
-    import torch
-
-    free, total = torch.cuda.mem_get_info(device)
-    mine = torch.cuda.memory_reserved(device)
+    free, total, mine = _usage(device)
     room = free + mine
     if limit_gib is not None:
         room = min(room, limit_gib * GIB - (total - free - mine))
     return max(room, 0)
+
+
+def cap_allocator(device, limit_gib: float) -> None:
+    """``--memory-limit``: this process's allocator may hold at most ``limit_gib`` less what the
+    card holds beside it (this process's CUDA context, other processes), as on a card of that
+    size. ValueError, in one line, where this GPU cannot act as one."""
+    import torch
+
+    free, total, mine = _usage(device)
+    if limit_gib * GIB >= total:
+        raise ValueError(f"--memory-limit {limit_gib:g}: this GPU has only {gib(total)}")
+    beside = total - free - mine
+    if limit_gib * GIB <= beside:
+        raise ValueError(f"--memory-limit {limit_gib:g}: {gib(beside)} of this GPU is in use already")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    torch.cuda.set_per_process_memory_fraction((limit_gib * GIB - beside) / total, index)
 
 
 def does_not_fit(need_gib: float | None, room: float, gpu: str) -> str | None:
