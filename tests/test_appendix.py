@@ -247,6 +247,20 @@ def test_the_seconds_table_renders_from_the_fixture_records(fixtures):
     assert "CPU" not in text and generated.STALE_MARK not in text  # the stale H100 run has no time to mark
 
 
+def test_the_memory_column_shows_each_topic_s_peak_and_a_dash_where_the_table_has_none(fixtures):
+    needs = {"fixture.launch": {"gib": 2.345, "runs": 2, "gpus": ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]}}
+    text = generated.seconds(fixtures, "nvidia-h200", needs=needs)
+    assert text.startswith(f"| topic | H200 | H100 80GB HBM3 | {generated.MEMORY_HEADER} |\n|:--|--:|--:|--:|\n")
+    *_, peak = _cells(text, "`fixture.launch`")
+    assert peak == ('<span title="the largest peak of 2 runs on NVIDIA H200, NVIDIA H100 80GB HBM3, per GPU">'
+                    "2.3 GiB</span>")
+    assert _cells(text, "**one `lab run --all`**")[-1] == ""  # no sum of peaks
+    assert f"{generated.MEMORY_HEADER}: the most GPU memory" in text
+    other = generated.seconds(fixtures, "nvidia-h200", needs={"another.topic": needs["fixture.launch"]})
+    assert _cells(other, "`fixture.launch`")[-1] == "—"
+    assert generated.MEMORY_HEADER not in generated.seconds(fixtures, "nvidia-h200", needs={})
+
+
 def _run(m, topic, run_id, seconds, *, stale=False):
     record = mk.record(m, mk.rows({8: 100.0}, None, "cuda_event"), "0" * 64, run_id,
                        f"2026-11-2{run_id[-1]}T10:00:00+00:00", boot="0" * 8, wall_s=seconds, topic=topic,
@@ -302,6 +316,13 @@ def test_the_book_says_what_one_all_costs_on_each_of_its_gpus(book):
             assert row in text and row not in single
     assert single.splitlines()[0].startswith("| topic | H200 |")  # the primary machine first
     assert re.search(r"^\| \*\*one `lab run --all`\*\* \| \*\*\d", single, re.M)
+    # Each one-GPU topic's peak GPU memory, from the runner's committed table, in the last column.
+    needs = generated.memory_needs()
+    assert single.splitlines()[0].endswith(f"| {generated.MEMORY_HEADER} |")
+    for group in loaded.groups:
+        if group.is_gpu and not group.multi_gpu:
+            row = next(line for line in single.splitlines() if f"[`{group.topic}`]" in line)
+            assert row.endswith(f'{needs[group.topic]["gib"]:.1f} GiB</span> |'), row
     assert "<!-- lab:generated seconds -->" in (REPO / "docs" / "appendix-records" / "index.md").read_text(encoding="utf-8")
 
 

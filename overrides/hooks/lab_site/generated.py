@@ -26,6 +26,7 @@ reads it). Nothing here writes a file: the text goes into the page being built.
 from __future__ import annotations
 
 import html
+import json
 import posixpath
 import re
 import statistics
@@ -270,33 +271,67 @@ def _seconds_total(groups: Sequence[Group], topics: int) -> str:
     return text
 
 
+#: The header of the memory column: what the runner's table of needs holds (examples/lab/memory.py).
+MEMORY_HEADER = "GPU memory at its peak"
+
+
+def _memory_cell(topic: str, needs: dict[str, dict]) -> str:
+    """A topic's peak GPU memory from the committed table of needs, with the GPUs it was read on."""
+    entry = needs.get(topic)
+    if entry is None:
+        return "—"
+    where = ", ".join(entry.get("gpus", ())) or "the book's GPUs"
+    title = html.escape(f"the largest peak of {plural(int(entry.get('runs', 1)), 'run')} on {where}, per GPU")
+    return f'<span title="{title}">{float(entry["gib"]):.1f} GiB</span>'
+
+
 def _seconds_table(groups: Sequence[Group], order: Callable[[Group], tuple], total: str,
-                   topic_link: Callable[[str], str | None]) -> str:
+                   topic_link: Callable[[str], str | None], needs: dict[str, dict] | None = None) -> str:
     """One row per topic (a link to its records where ``topic_link`` gives one), one column per
-    GPU kind (and records folder), a last row of sums."""
+    GPU kind (and records folder), a last row of sums; with ``needs`` (the runner's table of
+    GPU memory needs), a last column of each topic's peak GPU memory."""
     columns: dict[tuple[int, str], dict[str, Group]] = {}
     for g in sorted(groups, key=order):
         columns.setdefault((g.root.index, g.slug), {})[g.topic] = g
     topics = sorted({g.topic for g in groups})
     labels = [render.cell(next(iter(by_topic.values())).short_label) for by_topic in columns.values()]
-    lines = ["| topic | " + " | ".join(labels) + " |", "|:--|" + "--:|" * len(columns)]
+    memory = bool(needs)
+    lines = ["| topic | " + " | ".join(labels) + (f" | {MEMORY_HEADER}" if memory else "") + " |",
+             "|:--|" + "--:|" * (len(columns) + memory)]
     for topic in topics:
         href = topic_link(topic)
         name = f"[`{topic}`]({href})" if href else f"`{topic}`"
-        lines.append(f"| {name} | " + " | ".join(_seconds_cell(c.get(topic)) for c in columns.values()) + " |")
-    lines.append(f"| {total} | " + " | ".join(_seconds_total(list(c.values()), len(topics))
-                                            for c in columns.values()) + " |")
+        cells = [_seconds_cell(c.get(topic)) for c in columns.values()]
+        if memory:
+            cells.append(_memory_cell(topic, needs))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    sums = [_seconds_total(list(c.values()), len(topics)) for c in columns.values()]
+    if memory:
+        sums.append("")
+    lines.append(f"| {total} | " + " | ".join(sums) + " |")
     return "\n".join(lines)
 
 
-def seconds(store: Store, primary: str | None, topic_link: Callable[[str], str | None] = lambda topic: None) -> str:
+def memory_needs() -> dict[str, dict]:
+    """The runner's committed table of GPU memory needs (topic -> entry), {} where there is none."""
+    from examples.lab.memory import NEEDS_FILE
+
+    try:
+        return json.loads(NEEDS_FILE.read_text(encoding="utf-8")).get("topics", {})
+    except (OSError, ValueError):
+        return {}
+
+
+def seconds(store: Store, primary: str | None, topic_link: Callable[[str], str | None] = lambda topic: None,
+            needs: dict[str, dict] | None = None) -> str:
     """What each topic, and one ``lab run --all``, costs on each GPU kind of the records (``run.wall_s``).
 
     Each cell is the median of the topic's counted runs on that kind (current runs where
     there are any), the fastest and slowest run beside it; the last row adds the medians:
     one ``--all``. Multi-GPU topics run only where there are enough GPUs, so they have
     their own table, one column per GPU count. ``topic_link`` gives each topic's link (to its
-    records), or ``None``.
+    records), or ``None``. ``needs`` (the runner's table of GPU memory needs, topic -> entry)
+    adds a column of each one-GPU topic's peak GPU memory and a line saying what it is.
     """
     gpu = [g for g in store.groups if g.is_gpu]
     if not gpu:
@@ -306,7 +341,12 @@ def seconds(store: Store, primary: str | None, topic_link: Callable[[str], str |
     out = []
     if single:
         out += [_seconds_table(single, lambda g: (g.root.index, g.slug != primary, g.label),
-                               "**one `lab run --all`**", topic_link), ""]
+                               "**one `lab run --all`**", topic_link, needs), ""]
+        if needs:
+            out += [f"{MEMORY_HEADER}: the most GPU memory the topic held at once in the book's runs "
+                    f"(sampled through NVML by the runner's watcher, the processes it starts included, "
+                    f"less what was in use before it), the figure the runner checks before it starts the "
+                    f"topic on your GPU. A card with less free skips the topic in one line.", ""]
     if multi:
         counts = sorted({g.record.machine.gpu_count for g in multi})
         out += [f"Topics that need several GPUs run only on a machine that has them: there `lab run --all` "
@@ -691,7 +731,8 @@ def render_named(name: str, *, store: Store, primary: str | None, nav: list, doc
         if name == "seconds":
             where = topic_chapters(store, pages)
             return seconds(store, primary, lambda topic: (
-                f"{_relative(appendix_src(where[topic]), page_src)}#{anchor(topic)}" if where.get(topic) else None))
+                f"{_relative(appendix_src(where[topic]), page_src)}#{anchor(topic)}" if where.get(topic) else None),
+                memory_needs())
         if name == "chapters":
             return chapters_table(store, pages, page_src)
         if name == "elsewhere":
