@@ -107,11 +107,9 @@ def test_overlap_of_a_made_up_trace():
 from examples.collectives import nccl_latency as lat  # noqa: E402
 
 
-def test_nccl_latency_record_on_gloo():
-    from examples.lab.harness import run_measurement
-
-    record = run_measurement(lat, device=torch.device("cpu"), quick=True,
-                             command="pytest")
+def test_nccl_latency_record_on_gloo(cli, tmp_path):
+    """The example's command line (test_runs_on_cpu leaves it to this test): the record's sweep."""
+    _, record = cli.quick_record("collectives.nccl_latency", tmp_path, timeout=300)
     sizes = lat.sizes(quick=True)
     sweep = {(r.case["method"], r.case["bytes"]): r.metrics
              for r in record.results if r.case["part"] == "sweep"}
