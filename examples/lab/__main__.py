@@ -132,6 +132,10 @@ def _run(args) -> int:
     _freeze_imported(topics)
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("python -m examples.lab run: error: --device cuda: no CUDA GPU is visible")
+    if torch.version.hip and args.device != "cpu" and torch.cuda.is_available():
+        from examples.lab.hardware import rocm_refusal
+
+        fail(f"python -m examples.lab run: error: {rocm_refusal(torch.version.hip)}")
     device = rank_device(torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu"))
     if args.memory_limit is not None:
         _limit_memory(device, args.memory_limit)
@@ -181,7 +185,7 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
                 failures: list) -> None:
     """Run each topic of ``bar`` and write its record, appending to ``written``, ``skipped`` and
     ``failures`` as it goes (so that an interrupt leaves them telling what was done)."""
-    from examples.lab import memory
+    from examples.lab import hardware, memory
     from examples.lab.harness import CheckFailed, Unavailable, missing_gpus, requires_cuda, run_measurement
     from examples.lab.records import RecordError, write_record
     from examples.lab.registry import import_topic
@@ -211,7 +215,7 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
         if requires_cuda(module) and device.type != "cuda":
             skipped.append(f"{topic}: needs a CUDA GPU")
             continue
-        missing = missing_gpus(module, device)
+        missing = missing_gpus(module, device) or _missing_hardware(hardware, topic, device, gpu)
         if missing:
             skipped.append(f"{topic}: {missing}")
             continue
@@ -350,6 +354,16 @@ def _import_compiler_stack() -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - missing or broken here (Triton on a Mac): the topic says so
             pass
+
+
+def _missing_hardware(hardware, topic: str, device, gpu: str) -> str | None:
+    """Why this GPU (an architecture feature) or machine (a tool) cannot run ``topic``, or None."""
+    if device.type != "cuda":
+        return None
+    import torch
+
+    return (hardware.missing_feature(topic, torch.cuda.get_device_capability(device), gpu)
+            or hardware.missing_tool(topic))
 
 
 def _device_usable(device) -> bool:

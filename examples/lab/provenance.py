@@ -24,7 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 #: figure, so it does not stale the records measured through them.
 BOOKKEEPING = frozenset({"examples.lab.records", "examples.lab.provenance", "examples.lab.cli",
                          "examples.lab.registry", "examples.lab.compare", "examples.lab.__main__",
-                         "examples.lab.metrics", "examples.lab.memory"})
+                         "examples.lab.metrics", "examples.lab.memory", "examples.lab.hardware"})
 #: What every measurement runs through, whatever the example imports: the harness that times it.
 HARNESS = ("examples.lab.harness",)
 
