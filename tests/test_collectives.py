@@ -79,6 +79,28 @@ def test_bus_bandwidth_factors():
         assert bus_bandwidth(c, gpus=4, algbw=1.0) == 1.0
 
 
+@pytest.fixture
+def ranks_from_a_forkserver(monkeypatch):
+    """The ranks ``ring.spawn`` starts in this process come from one fork server that has
+    imported torch once, instead of a fresh interpreter each (``mp.spawn``'s start method:
+    about 2.5 s of CPU a rank to import torch again, a minute of a 2-core CI over these
+    tests). A rank is still a process of its own, forked from a server that has run nothing
+    but those imports; what it runs is the example's ``_rank_main``, as under ``mp.spawn``.
+    A forked rank leaves with ``os._exit``, not an interpreter's shutdown, so a test of what
+    happens at a rank's exit (the teardown test below) keeps ``mp.spawn``; and the example's
+    own command line, with ``mp.spawn`` as it is, runs in test_runs_on_cpu."""
+    import multiprocessing
+
+    multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "examples.collectives.ring_allreduce"])
+
+    def spawn(fn, args=(), nprocs=1, join=True, daemon=False, start_method="spawn"):
+        return ring.mp.start_processes(fn, args=args, nprocs=nprocs, join=join, daemon=daemon,
+                                       start_method="forkserver")
+
+    monkeypatch.setattr(ring.mp, "spawn", spawn)
+
+
+@pytest.mark.usefixtures("ranks_from_a_forkserver")
 @pytest.mark.parametrize("world", [3, 4])
 def test_hand_ring_matches_all_reduce_on_gloo(world):
     config = {"sizes": [4096], "link_bytes": 4096, "collective_bytes": 4096,
@@ -126,6 +148,7 @@ def test_nccl_latency_record_on_gloo(cli, tmp_path):
     assert lat.TP_DECODE_BYTES in sizes and sizes[0] == 1024
 
 
+@pytest.mark.usefixtures("ranks_from_a_forkserver")
 def test_nccl_latency_three_ranks_sum_what_is_computed_locally():
     config = {"sizes": [1024, 4096], "calls": 3, "warmup": 0, "reps": 2, "seed": 1234}
     result = ring.spawn(lat.latency, 3, "gloo", config)
@@ -205,7 +228,7 @@ def _ddp_left_in_a_cycle(config, device):
     return {}
 
 
-def test_rank_teardown_frees_ddp_before_the_process_group():
+def test_rank_teardown_frees_ddp_before_the_process_group():  # spawned: its ranks exit as an interpreter does
     """The gloo teardown crash: a DDP model in a reference cycle kept the process group
     alive until interpreter exit. _rank_main collects it while the group still exists."""
     import pathlib
