@@ -54,8 +54,14 @@ $(VENV)/.stamp-torch: | $(BIN)/python
 	fi
 	touch $@
 
+# The project and its dependencies through uv, which downloads them side by side where pip
+# fetches one at a time (the set-up's longest step, mostly waiting on the network). uv keeps
+# the torch installed above (it satisfies the project's "torch>=2.4"), and writes no bytecode
+# (the compileall below does, on every core).
+UV_SPEC ?= uv==0.13.9
 $(VENV)/.stamp-project: pyproject.toml $(VENV)/.stamp-torch
-	$(BIN)/python -m pip install --quiet --no-compile -e ".[docs,test,triton,onnx,fp8]"
+	$(BIN)/python -m pip install --quiet "$(UV_SPEC)"
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[docs,test,triton,onnx,fp8]"
 	touch $@
 
 # The .pyc files pip would have written (where Python may not write them itself, as with
