@@ -46,16 +46,14 @@ def test_a_missing_ncu_is_one_line_and_a_found_one_is_none(monkeypatch):
     assert hardware.missing_tool("stack.roofline") is None
 
 
-def test_the_runner_asks_the_gpu_its_capability_and_nothing_on_the_cpu(monkeypatch):
-    import examples.lab.__main__ as runner
-
+def test_the_gpu_is_asked_its_capability_and_the_cpu_nothing(monkeypatch):
     asked = []
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: asked.append(device) or AMPERE)
     gpu = torch.device("cuda", 0)
-    line = runner._missing_hardware(hardware, "ecosystem.fp8_gemm", gpu, "NVIDIA RTX A2000")
+    line = hardware.missing("ecosystem.fp8_gemm", gpu, "NVIDIA RTX A2000")
     assert line.startswith("needs FP8 tensor cores") and "NVIDIA RTX A2000 is 8.6" in line and asked == [gpu]
-    assert runner._missing_hardware(hardware, "stack.roofline", gpu, "NVIDIA RTX A2000") is None
-    assert runner._missing_hardware(hardware, "ecosystem.fp8_gemm", torch.device("cpu"), "CPU") is None
+    assert hardware.missing("stack.roofline", gpu, "NVIDIA RTX A2000") is None
+    assert hardware.missing("ecosystem.fp8_gemm", torch.device("cpu"), "CPU") is None
     assert asked == [gpu, gpu]
 
 

@@ -215,7 +215,7 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
         if requires_cuda(module) and device.type != "cuda":
             skipped.append(f"{topic}: needs a CUDA GPU")
             continue
-        missing = missing_gpus(module, device) or _missing_hardware(hardware, topic, device, gpu)
+        missing = missing_gpus(module, device) or hardware.missing(topic, device, gpu)
         if missing:
             skipped.append(f"{topic}: {missing}")
             continue
@@ -354,16 +354,6 @@ def _import_compiler_stack() -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - missing or broken here (Triton on a Mac): the topic says so
             pass
-
-
-def _missing_hardware(hardware, topic: str, device, gpu: str) -> str | None:
-    """Why this GPU (an architecture feature) or machine (a tool) cannot run ``topic``, or None."""
-    if device.type != "cuda":
-        return None
-    import torch
-
-    return (hardware.missing_feature(topic, torch.cuda.get_device_capability(device), gpu)
-            or hardware.missing_tool(topic))
 
 
 def _device_usable(device) -> bool:

@@ -70,6 +70,16 @@ def missing_tool(topic: str) -> str | None:
     return check() if check else None
 
 
+def missing(topic: str, device, gpu: str) -> str | None:
+    """Why this GPU (an architecture feature) or machine (a tool) cannot run ``topic``, in one
+    line; None if it can, and on the CPU, where no topic of these tables runs its GPU path."""
+    if device.type != "cuda":
+        return None
+    import torch
+
+    return missing_feature(topic, torch.cuda.get_device_capability(device), gpu) or missing_tool(topic)
+
+
 def rocm_refusal(hip_version: str) -> str:
     """The one line a ROCm build of torch gets from ``lab run`` on its GPU."""
     return (f"this torch is a ROCm build (HIP {hip_version}): the lab measures NVIDIA GPUs (CUDA, cuBLAS, "

@@ -24,13 +24,17 @@ NEEDS_FILE = Path(__file__).with_name("memory_needs.json")
 MARGIN_GIB = 0.5
 
 
-def needs(path: Path = NEEDS_FILE) -> dict[str, float]:
-    """Topic -> GiB of GPU memory it needs (per GPU), from the committed table; {} if absent."""
+def entries(path: Path = NEEDS_FILE) -> dict[str, dict]:
+    """Topic -> its entry of the committed table (``gib``, ``runs``, ``gpus``); {} if absent."""
     try:
-        table = json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8")).get("topics", {})
     except (OSError, ValueError):
         return {}
-    return {topic: float(entry["gib"]) for topic, entry in table.get("topics", {}).items()}
+
+
+def needs(path: Path = NEEDS_FILE) -> dict[str, float]:
+    """Topic -> GiB of GPU memory it needs (per GPU), from the committed table; {} if absent."""
+    return {topic: float(entry["gib"]) for topic, entry in entries(path).items()}
 
 
 def gib(nbytes: float) -> str:
@@ -276,8 +280,9 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             print(f"python -m examples.lab.memory: error: {path}: {exc}", file=sys.stderr)
             return 2
-    args.out.write_text(json.dumps(table(lines), indent=1) + "\n")
-    print(f"wrote {args.out}: {len(table(lines)['topics'])} topics")
+    made = table(lines)
+    args.out.write_text(json.dumps(made, indent=1) + "\n")
+    print(f"wrote {args.out}: {len(made['topics'])} topics")
     return 0
 
 

@@ -26,7 +26,6 @@ reads it). Nothing here writes a file: the text goes into the page being built.
 from __future__ import annotations
 
 import html
-import json
 import posixpath
 import re
 import statistics
@@ -314,12 +313,9 @@ def _seconds_table(groups: Sequence[Group], order: Callable[[Group], tuple], tot
 
 def memory_needs() -> dict[str, dict]:
     """The runner's committed table of GPU memory needs (topic -> entry), {} where there is none."""
-    from examples.lab.memory import NEEDS_FILE
+    from examples.lab.memory import entries
 
-    try:
-        return json.loads(NEEDS_FILE.read_text(encoding="utf-8")).get("topics", {})
-    except (OSError, ValueError):
-        return {}
+    return entries()
 
 
 def seconds(store: Store, primary: str | None, topic_link: Callable[[str], str | None] = lambda topic: None,
