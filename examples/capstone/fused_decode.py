@@ -82,7 +82,7 @@ def _measure(lab, run: _Run) -> None:
     run.int8_quality("int8 book kernels+graph", run.graphed["book kernels+graph"], int8)
     _top_kernels(run, run.graphed["book kernels+graph"], "book kernels+graph")
     if not lab.quick:
-        matvec_table(lab, run.gbs)
+        matvec_table(lab, run.gbs, run.read_gbs)
     # After the table, so that its plain products' choices are in the note too.
     lab.note("matvec blocks the autotuner kept", fused.chosen_configs())
 
@@ -139,10 +139,11 @@ KERNELS = (("cuBLAS", F.linear, False), ("book, no PDL", fused.matvec, False),
            ("book", fused.matvec, True))
 
 
-def matvec_table(lab, copy_gbs: float, total_bytes: float = 2e9) -> None:
+def matvec_table(lab, copy_gbs: float, read_gbs: float, total_bytes: float = 2e9) -> None:
     """Each weight shape alone: cuBLAS and the book's kernel (with and without
     PDL), as a graph of back-to-back products over enough copies of the weight
-    to miss the L2; the three timed in interleaved rounds."""
+    to miss the L2; the three timed in interleaved rounds. Each product's
+    bandwidth as a fraction of this run's copy and of its read roof."""
     for name, (n, k) in SHAPES.items():
         copies = max(1, int(total_bytes // (n * k * 2)))
         weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
@@ -166,6 +167,8 @@ def matvec_table(lab, copy_gbs: float, total_bytes: float = 2e9) -> None:
                       value=t.median / copies)
             lab.value(case=case, metric="fraction_of_copy", unit="",
                       value=gbs / copy_gbs)
+            lab.value(case=case, metric="fraction_of_read_roof", unit="",
+                      value=gbs / read_gbs)
         del weights, replays
         torch.cuda.empty_cache()
 # --8<-- [end:matvec_table]
