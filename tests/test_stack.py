@@ -150,8 +150,65 @@ def test_the_bare_launch_is_about_half_of_a_small_op_or_more_in_every_gpu_run():
         bare = next(v for k, v in cost.items() if "bare CUDA launch" in k)
         whole = next(v for k, v in cost.items() if "CUDA op (add" in k)
         ratios.append((path.name, bare / whole))
+        # A record timed in interleaved rounds also has the paired ratio, round by round.
+        paired = [row["metrics"]["bare_launch_over_layer"]["median"] for row in results
+                  if "CUDA op (add" in row["case"]["layer"] and "bare_launch_over_layer" in row["metrics"]]
+        ratios += [(path.name + " (paired)", r) for r in paired]
     assert ratios, "no GPU record of stack.layer_costs"
     assert all(0.4 <= r < 1 for _, r in ratios), ratios
+
+
+def _layer_costs_rows(lab) -> dict[str, dict]:
+    from examples.stack import layer_costs
+
+    try:
+        layer_costs.measure(lab)
+    finally:
+        lab.load.stop()
+    return {row.case["layer"]: row.metrics for row in lab.rows()}
+
+
+def test_layer_costs_times_every_row_in_the_same_interleaved_rounds():
+    """The page compares rows with each other, so they are timed together, one sample of each
+    per round (a drift of the host's clock falls on all alike), each sample many back-to-back
+    calls on the synchronized host clock; the layer names are the ones the pages quote."""
+    from examples.lab.harness import Lab
+
+    lab = Lab(torch.device("cpu"), quick=True)
+    rows = _layer_costs_rows(lab)
+    assert list(rows) == list(layers(torch.device("cpu")))  # the CPU rows, in the staircase's order
+    for metrics in rows.values():
+        per_call = metrics["per_call"]
+        assert per_call.method == "host_sync, interleaved rounds"
+        assert per_call.unit == "us" and per_call.inner == 200 and per_call.n == lab.repetitions
+        assert "bare_launch_over_layer" not in metrics  # no launch to set the rows against on a CPU
+
+
+def test_layer_costs_sets_the_bare_launch_against_each_row_round_by_round(monkeypatch):
+    """On a GPU the bare launch is the baseline: every other row gets the launch's sample over
+    its own of the same round, so row 7's is the share of the op that is the launch. Checked on
+    the CPU with stand-ins under the GPU rows' names."""
+    from examples.lab.harness import Lab
+    from examples.stack import layer_costs
+
+    cpu_layers = layer_costs.layers
+
+    def with_gpu_rows(device):
+        cases = cpu_layers(device)
+        x = torch.randn(4)
+        cases[layer_costs.BARE_LAUNCH] = (layer_costs.python_call, (x,))
+        cases["7 CUDA op (add, 4 floats)"] = (torch.add, (x, x))
+        return cases
+
+    monkeypatch.setattr(layer_costs, "layers", with_gpu_rows)
+    rows = _layer_costs_rows(Lab(torch.device("cpu"), quick=True))
+    assert layer_costs.BARE_LAUNCH == "6 bare CUDA launch (torch.cuda._sleep(0))"  # as the pages quote it
+    assert "bare_launch_over_layer" not in rows[layer_costs.BARE_LAUNCH]
+    ratio = rows["7 CUDA op (add, 4 floats)"]["bare_launch_over_layer"]
+    assert ratio.unit == "x"
+    assert ratio.method == f"paired ratio {layer_costs.BARE_LAUNCH} / 7 CUDA op (add, 4 floats), " \
+                           "host_sync, interleaved rounds"
+    assert all("bare_launch_over_layer" in m for name, m in rows.items() if name != layer_costs.BARE_LAUNCH)
 
 
 def test_mma_paths_checks_each_path_s_instruction_and_restores_the_switch(monkeypatch):

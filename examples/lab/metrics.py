@@ -38,6 +38,7 @@ METRICS: dict[str, str] = {
     "aten_ops": "ATen operations",
     "aten_ops_per_layer": "ATen operations per layer",
     "bandwidth": "bandwidth",
+    "bare_launch_over_layer": "bare launch over this layer",
     "best_read_over_copy": "best read over copy",
     "break_even_calls": "calls to repay compiling",
     "bucket_duration": "bucket's all-reduce",

@@ -5,14 +5,21 @@ binding into C++, a trip through the dispatcher that makes a new tensor
 header but runs no kernel (``detach``), a real CPU kernel, a bare CUDA launch
 (no dispatcher, no tensor), a whole CUDA op (the same add, on the GPU: dispatcher,
 TensorIterator, allocator and launch), and a cuBLAS matrix product (the library
-picks an algorithm, then launches). Every case is
-timed as the average of many back-to-back calls on a host clock, which is the
-CPU-side cost: the GPU runs the tiny kernels faster than the CPU issues them.
+picks an algorithm, then launches). Every sample of a case is the average of
+many back-to-back calls on a synchronized host clock, which is the CPU-side
+cost: the GPU runs the tiny kernels faster than the CPU issues them. The cases
+are timed together in interleaved rounds (``lab.compare``), one sample of each
+per round, so that a drift of the host's clock or load falls on every row
+alike, and the rows compare within one run. On a GPU every row but the bare
+launch also gets ``bare_launch_over_layer``: the bare launch's sample over that
+row's sample of the same round (for the CUDA op, the share of its cost that is
+the launch).
 """
 
 from __future__ import annotations
 
 import sys
+from functools import partial
 
 import torch
 
@@ -50,6 +57,9 @@ def layers(device: torch.device) -> dict[str, tuple]:
 
 # --8<-- [end:layers]
 
+#: The row the others are set against, where there is one: a launch and nothing else.
+BARE_LAUNCH = "6 bare CUDA launch (torch.cuda._sleep(0))"
+
 
 def measure(lab) -> None:
     calls = 200 if lab.quick else 1000
@@ -72,15 +82,24 @@ def measure(lab) -> None:
             names = kernel_names(lambda fn=fn, args=args: fn(*args), width=60)
             lab.note(f"GPU operations of {name[2:]}",
                      ", ".join(names) if isinstance(names, list) else names)
-    for name, (fn, args) in cases.items():
-        lab.time(
-            lambda fn=fn, args=args: fn(*args),
-            case={"layer": name},
-            metric="per_call",
-            unit="us",
-            timer="host_sync",
-            inner=calls,
-        )
+    # All rows in the same interleaved rounds, one sample of each per round, so that
+    # the host's drift (its clock, what else it runs) falls on every row alike. A
+    # host_sync sample synchronizes the device before its first call and after its
+    # last, inside the sample: a CUDA row's kernels are done within its own sample
+    # and none is still queued when the next row's sample starts. partial binds
+    # each case's arguments in C: the example adds no Python frame of its own to
+    # the harness's per-call floor.
+    lab.compare(
+        {name: partial(fn, *args) for name, (fn, args) in cases.items()},
+        case={},
+        key="layer",
+        metric="per_call",
+        unit="us",
+        timer="host_sync",
+        inner=calls,
+        baseline=BARE_LAUNCH if BARE_LAUNCH in cases else None,
+        speedup_metric="bare_launch_over_layer",
+    )
 
 
 def main(argv=None) -> int:
