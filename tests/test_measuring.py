@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from examples.measuring.cpu_bound_trap import host_clock_no_sync, pointwise
-from examples.measuring.profile_mix import profile_step
+from examples.measuring.profile_mix import profile_step, union_us
 from examples.measuring.warm_cache_trap import ways
 
 
@@ -30,6 +30,14 @@ def test_profile_step_without_a_gpu_counts_no_kernels():
     kernels, busy, shares, prof = profile_step(lambda: torch.randn(8) * 2, steps=2)
     assert (kernels, busy, shares) == (0, 0, [])
     assert any("aten::mul" in e.key for e in prof.key_averages())
+
+
+def test_the_gpu_is_busy_for_the_union_of_its_operations():
+    from examples.lab.kernels import GpuOp
+
+    ops = [GpuOp(0, 10_000, "a"), GpuOp(5_000, 10_000, "b"),  # overlapping: 15 µs
+           GpuOp(20_000, 2_000, "c"), GpuOp(21_000, 500, "d")]  # d inside c
+    assert union_us(ops) == 17.0
 
 
 NCU_CSV = '''==PROF== Connected to process 4242

@@ -9,24 +9,34 @@ Two of the book's own workloads, profiled the same way:
   :mod:`examples.dispatch.kernel_count`, batch 1: dozens of tiny kernels per
   layer, the GPU idle between them while the CPU launches the next.
 
-For each: the step time, the kernels per step, the time the GPU was busy, the
-busy fraction, and the kernels that took most of the GPU's time. On a CPU the
-profiler sees only CPU ops; the example then reports the step and op counts.
+For each: the step time (unprofiled), the kernels per step and the kernels
+that took most of the GPU's time (one profiled window), and, from seven more
+profiled windows of five steps each, the time the GPU was busy per step and
+the busy fraction, each window's busy time over that same window's wall time
+(:func:`busy_windows` says why that wall and not the unprofiled step). On a
+CPU the profiler sees only CPU ops; the example then reports the step and op
+counts.
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
+import time
 
 import torch
 
 from examples.dispatch.kernel_count import DecoderLayer
 from examples.dispatch.sync_points import make_step
 
+#: Profiled windows for the busy time and fraction, and steps in each.
+WINDOWS, STEPS = 7, 5
+
 
 # --8<-- [start:profile]
 def profile_step(step, steps: int = 5):
-    """Kernels, GPU-busy µs per step and the costliest kernels' shares."""
+    """Kernels, GPU-busy µs per step and the costliest kernels' shares,
+    from one profiled window of ``steps`` steps."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -46,6 +56,55 @@ def profile_step(step, steps: int = 5):
     top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:4]
     shares = [(name, len(t) / steps, sum(t) / busy) for name, t in top]
     return len(gpu) / steps, busy / steps, shares, prof
+
+
+def busy_windows(step, windows: int = WINDOWS, steps: int = STEPS):
+    """GPU-busy µs and wall µs per step, one pair per profiled window.
+
+    A window is ``steps`` steps between two synchronizations, timed by the
+    host clock while the profiler records the GPU's operations (CUPTI), so
+    busy time and wall time are two timings of the same steps. One window is
+    profiled alone first, to count its GPU operations; then all the windows
+    in one session, cut by that count, as the harness's kernel timer does.
+
+    The wall is the profiled window's, not the unprofiled step: a fraction
+    of two separate timings can pass 100 % and moves with whatever differed
+    between them. The profiler's cost falls on the host, which is why it
+    records the GPU alone here (no host operators): it delays the launches,
+    which a GPU-bound step hides behind its queue, while a host-bound step's
+    window grows by it, so its fraction reads somewhat low (the record's
+    ``tracing_cost`` says by how much).
+    """
+    from examples.lab.kernels import gpu_operations
+
+    walls: list[float] = []
+
+    def window() -> None:
+        torch.cuda.synchronize()
+        started = time.perf_counter_ns()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        walls.append((time.perf_counter_ns() - started) / 1e3 / steps)
+
+    per_window = len(gpu_operations(window))
+    ops = gpu_operations(lambda: [window() for _ in range(windows)])
+    if not per_window or len(ops) != windows * per_window:
+        raise RuntimeError(f"{len(ops)} GPU operations in {windows} windows "
+                           f"of {per_window}: not the same work every step")
+    busy = [union_us(ops[i * per_window:(i + 1) * per_window]) / steps
+            for i in range(windows)]
+    return busy, walls[1:]  # walls[0]: the window profiled alone
+
+
+def union_us(ops) -> float:
+    """µs in which the GPU ran at least one of ``ops`` (sorted by start)."""
+    busy, reached = 0, ops[0].start_ns
+    for op in ops:  # overlapping operations count once
+        end = op.start_ns + op.duration_ns
+        busy += max(0, end - max(op.start_ns, reached))
+        reached = max(reached, end)
+    return busy / 1e3
 
 
 # --8<-- [end:profile]
@@ -78,18 +137,29 @@ def measure(lab) -> None:
                   torch.ones_like(out, dtype=torch.float64), tolerance=0)
         case = {"workload": name}
         t = lab.time(step, case=case, metric="step", unit="us")
-        kernels, busy, shares, prof = profile_step(step)
+        kernels, _, shares, prof = profile_step(step)
         if not lab.cuda:
             ops = prof.key_averages()
             lab.value(case=case, metric="cpu_ops",
                       value=sum(e.count for e in ops) / 5, unit="")
             continue
+        busy, walls = busy_windows(step)
         lab.value(case=case, metric="kernels", value=kernels, unit="")
-        lab.value(case=case, metric="gpu_busy", value=busy, unit="us")
-        lab.value(case=case, metric="busy_fraction",
-                  value=100 * busy / t.median, unit="%")
-        lab.value(case=case, metric="mean_kernel", value=busy / kernels,
-                  unit="us")
+        window = f"{STEPS} steps a window, GPU activity profiled"
+        gpu_busy = lab.keep_samples(
+            busy, case=case, metric="gpu_busy", unit="us", inner=STEPS,
+            method=f"profiler (CUPTI), GPU busy per step, {window}")
+        lab.keep_samples(
+            [100 * b / w for b, w in zip(busy, walls)], case=case,
+            metric="busy_fraction", unit="%", inner=STEPS,
+            method=f"a window's GPU busy over its wall (host clock between "
+                   f"two synchronizations), {window}")
+        lab.value(case=case, metric="mean_kernel",
+                  value=gpu_busy.median / kernels, unit="us")
+        # what the profiler added to the wall: a profiled window's step
+        # against the unprofiled one (two timings, hence signed)
+        lab.value(case=case, metric="tracing_cost", unit="%",
+                  value=100 * (statistics.median(walls) / t.median - 1))
         for rank, (kernel, calls, share) in enumerate(shares, 1):
             lab.note(f"{name.split(':')[0]} #{rank}", {
                 "kernel": kernel[:90], "calls per step": calls,
