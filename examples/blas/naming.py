@@ -47,20 +47,41 @@ MATRICES = {
     "tb": "triangular band",
     "tp": "triangular packed",
 }
+#: A routine's matrix type, by the family its formula depends on.
+FAMILY = {"ge": "ge", "gb": "ge", "sy": "sy", "sb": "sy", "sp": "sy",
+          "he": "he", "hb": "he", "hp": "he", "tr": "tr", "tb": "tr", "tp": "tr"}
+#: operation -> (level, what it is, {family: formula}). The formula is the one at the top of
+#: each routine's Fortran file in the reference (Reference-LAPACK BLAS/SRC/*.f): the same
+#: letters compute something narrower on a symmetric, Hermitian or triangular matrix.
 OPERATIONS = {
     # Level 2: one matrix, vectors; O(n^2) data, O(n^2) flops
-    "mv": (2, "matrix-vector product y = alpha*A*x + beta*y"),
-    "sv": (2, "triangular solve A*x = b for one vector"),
-    "r": (2, "rank-1 update A = alpha*x*y' + A"),
-    "ru": (2, "rank-1 update A = alpha*x*y^T + A (unconjugated)"),
-    "rc": (2, "rank-1 update A = alpha*x*y^H + A (conjugated)"),
-    "r2": (2, "rank-2 update A = alpha*x*y' + alpha*y*x' + A"),
+    "mv": (2, "matrix-vector product", {
+        "ge": "y = alpha*op(A)*x + beta*y", "sy": "y = alpha*A*x + beta*y",
+        "he": "y = alpha*A*x + beta*y", "tr": "x = op(A)*x (no alpha, no beta)"}),
+    "sv": (2, "triangular solve for one vector", {"tr": "x = inv(op(A))*b, b overwritten"}),
+    "r": (2, "rank-1 update", {
+        "ge": "A = alpha*x*y^T + A", "sy": "A = alpha*x*x^T + A (one vector)",
+        "he": "A = alpha*x*x^H + A (one vector, alpha real)"}),
+    "ru": (2, "rank-1 update, unconjugated", {"ge": "A = alpha*x*y^T + A"}),
+    "rc": (2, "rank-1 update, conjugated", {"ge": "A = alpha*x*y^H + A"}),
+    "r2": (2, "rank-2 update", {
+        "sy": "A = alpha*x*y^T + alpha*y*x^T + A",
+        "he": "A = alpha*x*y^H + conj(alpha)*y*x^H + A"}),
     # Level 3: matrices only; O(n^2) data, O(n^3) flops
-    "mm": (3, "matrix-matrix product C = alpha*op(A)*op(B) + beta*C"),
-    "mmtr": (3, "matrix product updating one triangle of C"),
-    "sm": (3, "triangular solve op(A)*X = alpha*B for many vectors"),
-    "rk": (3, "rank-k update C = alpha*A*A' + beta*C"),
-    "r2k": (3, "rank-2k update C = alpha*A*B' + alpha*B*A' + beta*C"),
+    "mm": (3, "matrix-matrix product", {
+        "ge": "C = alpha*op(A)*op(B) + beta*C", "sy": "C = alpha*A*B + beta*C or alpha*B*A + beta*C",
+        "he": "C = alpha*A*B + beta*C or alpha*B*A + beta*C",
+        "tr": "B = alpha*op(A)*B or alpha*B*op(A)"}),
+    "mmtr": (3, "matrix product updating one triangle of C",
+             {"ge": "C = alpha*op(A)*op(B) + beta*C, one triangle"}),
+    "sm": (3, "triangular solve for many vectors",
+           {"tr": "op(A)*X = alpha*B or X*op(A) = alpha*B, X over B"}),
+    "rk": (3, "rank-k update", {
+        "sy": "C = alpha*A*A^T + beta*C or alpha*A^T*A + beta*C",
+        "he": "C = alpha*A*A^H + beta*C or alpha*A^H*A + beta*C (alpha, beta real)"}),
+    "r2k": (3, "rank-2k update", {
+        "sy": "C = alpha*A*B^T + alpha*B*A^T + beta*C (or with A^T, B^T first)",
+        "he": "C = alpha*A*B^H + conj(alpha)*B*A^H + beta*C (or with A^H, B^H first; beta real)"}),
 }
 LEVEL1 = {  # Level 1: vectors only; O(n) data, O(n) flops
     "rotg": "set up a Givens plane rotation",
@@ -154,8 +175,8 @@ def decode(name: str) -> Routine:
         return Routine(key, 1, precision, None, rest, precision,
                        LEVEL1[rest])
     matrix, operation = rest[:2], rest[2:]
-    level, what = OPERATIONS[operation]
-    meaning = f"{MATRICES[matrix]} matrix: {what}"
+    level, what, formulas = OPERATIONS[operation]
+    meaning = f"{MATRICES[matrix]} matrix: {what}, {formulas[FAMILY[matrix]]}"
     return Routine(key, level, precision, matrix, operation, precision,
                    meaning)
 # --8<-- [end:decode]
