@@ -148,6 +148,7 @@ METRICS: dict[str, str] = {
     "reserved": "memory reserved",
     "ridge": "ridge point",
     "run": "run time",
+    "slow_samples": "samples over 1.25× the fastest",
     "slowdown": "slowdown",
     "sm_clock": "SM clock",
     "span": "span",
