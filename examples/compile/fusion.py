@@ -4,21 +4,30 @@ Each pattern is written as plain PyTorch ops. Run eagerly, every op is its own
 kernel that reads its inputs from memory and writes its output back; the
 byte counter below adds these up op by op. Compiled by Inductor, the chain
 becomes as few kernels as it can, which ideally read the inputs once and
-write the output once. With the copy bandwidth and the GEMM rate measured in
-the same run, a roofline time per kernel gives the predicted speedup; the
-measured speedup is eager time over compiled time.
+write the output once. With the copy bandwidth and the GEMM rate as roofs, a
+roofline time per kernel gives the predicted speedup; the measured speedup is
+eager time over compiled time.
+
+The roofs are timed in each pattern's own interleaved rounds, beside its eager
+and compiled calls: a copy in every pattern's, a GEMM in those whose eager
+kernels do matrix products (the rate enters no other prediction). A drift of
+clocks or power then falls on the roof as on the pattern, not on the ratio of
+the two (``copy_bandwidth``, ``gemm_rate`` of each pattern).
 
 On a GPU every time in the ratios is the kernels' own: their durations from
-the profiler (CUPTI), summed over one call, for eager, compiled and the copy
-alike. A compiled call also runs Dynamo's guards and Inductor's launcher on
-the host; events around one call time those too, kept apart as
+the profiler (CUPTI), summed over one call, for eager, compiled, the copy and
+the GEMM alike. A compiled call also runs Dynamo's guards and Inductor's
+launcher on the host; events around one call time those too, kept apart as
 ``compiled_one_call`` to show the difference (Chapter 8's trap). On a CPU the
-kernels run on the host, and the synchronized host clock times them.
+kernels run on the host, and the synchronized host clock times them. On a GPU
+the record also notes eager attention kernel by kernel, each duration beside
+the roofline time of its ATen operator, to show which of them loses the time.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 import time
 
@@ -27,6 +36,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from examples.lab.kernels import gpu_operations
 from examples.lab.timing import ops_per_call
 
 aten = torch.ops.aten
@@ -167,6 +177,37 @@ def ends(t: torch.Tensor, count: int = 2**20) -> torch.Tensor:
     return torch.cat([flat[:count], flat[-count:]])
 
 
+def eager_kernels(call, ops, bandwidth, rate, calls=5, width=80):
+    """Each GPU operation of one eager call, in order, with its median duration
+    over ``calls`` calls; where the call ran one GPU operation per ATen operator
+    the byte counter saw (``ops``), that operator and its roofline time beside it.
+
+    An observation for the reader, not a check: a profiler that fails is noted.
+    """
+    def many():
+        for _ in range(calls):
+            call()
+
+    try:
+        ran = gpu_operations(many)
+    except Exception as exc:  # noqa: BLE001
+        return f"profiler failed: {type(exc).__name__}: {exc}"[:200]
+    per, left = divmod(len(ran), calls)
+    if left or not per or any(ran[c * per + i].name != ran[i].name
+                              for c in range(calls) for i in range(per)):
+        return f"{len(ran)} GPU operations in {calls} calls: not the same every call"
+    lines = []
+    for i in range(per):
+        us = statistics.median(ran[c * per + i].duration_ns for c in range(calls)) / 1e3
+        line = f"{us:.0f} us, {ran[i].name[:width]}"
+        if per == len(ops):
+            op, nbytes, flops = ops[i]
+            roof = roofline_time(nbytes, flops, bandwidth, rate) * 1e6
+            line = f"{op}: {us:.0f} us, roofline {roof:.0f} us ({us / roof:.2f}x), {ran[i].name[:width]}"
+        lines.append(line)
+    return lines
+
+
 def metric_of(lab, case, metric):
     """A figure this run has kept (the paired speedup, say)."""
     for row in lab.rows():
@@ -177,26 +218,18 @@ def metric_of(lab, case, metric):
 
 def measure(lab) -> None:
     g = torch.Generator(device=lab.device).manual_seed(0)
-    # The two roofs, measured now and timed as the patterns are: a copy
-    # (bytes read + written) and a GEMM.
-    n = 2**18 if lab.quick else 2**28
+    # The two roofs: a copy (bytes read + written) of 512 MiB, the size of
+    # the pointwise chain's input, and a GEMM. Neither is timed here: each
+    # runs in the rounds of the patterns below, so that the clocks it runs
+    # at are those the patterns run at.
+    n = 2**18 if lab.quick else 2**27
     src = torch.randn(n, generator=g, device=lab.device)
     dst = torch.empty_like(src)
-    copy = lab.time(lambda: dst.copy_(src), case={"pattern": "copy"},
-                    metric="kernel_time", timer="kernel")
-    bandwidth = 2 * 4 * n / (copy.median / 1e6)
-    lab.value(case={"pattern": "copy"}, metric="bandwidth",
-              value=bandwidth / 1e9, unit="GB/s")
-    del src, dst
+    copy_bytes = 2 * src.numel() * src.element_size()
     m = 256 if lab.quick else 8192
     dt = torch.bfloat16 if lab.cuda else torch.float32
     a = torch.randn(m, m, generator=g, device=lab.device).to(dt)
-    gemm = lab.time(lambda: a @ a, case={"pattern": "gemm"},
-                    metric="kernel_time", timer="kernel")
-    rate = 2 * m**3 / (gemm.median / 1e6)
-    lab.value(case={"pattern": "gemm"}, metric="rate", value=rate / 1e12,
-              unit="TFLOP/s")
-    del a
+    roofs = {"copy": lambda: dst.copy_(src), "gemm": lambda: a @ a}
 
     for name, fn in PATTERNS.items():
         args = inputs(name, lab.quick, lab.device, g)
@@ -216,31 +249,45 @@ def measure(lab) -> None:
         del out, expected
         case = {"pattern": name}
         eager_bytes = sum(b for _, b, _ in traffic.kernels)
-        predicted = predicted_speedup(traffic.kernels, fused_bytes,
-                                      bandwidth, rate)
+        flops = sum(f for _, _, f in traffic.kernels)
         lab.value(case=case, metric="eager_kernels",
                   value=len(traffic.kernels), unit="")
         lab.value(case=case, metric="eager_bytes", value=eager_bytes / 1e6,
                   unit="MB")
         lab.value(case=case, metric="fused_bytes", value=fused_bytes / 1e6,
                   unit="MB")
-        lab.value(case=case, metric="predicted_speedup", unit="x",
-                  value=predicted)
         lab.value(case=case, metric="compile_time", value=compile_s,
                   unit="s")
         # --8<-- [start:kernel_time]
-        # Eager and compiled in alternating rounds, each sample the summed
-        # durations of the GPU operations of one call (the kernel timer);
-        # the speedup is the median of the paired ratios eager / compiled
-        # of one round.
+        # Eager, compiled and the roofs in alternating rounds, each sample the
+        # summed durations of the GPU operations of one call (the kernel
+        # timer): the copy in every pattern's rounds, the GEMM where the
+        # eager kernels do matrix products (without flops the rate enters no
+        # roofline). The speedup is the median of the paired ratios eager /
+        # compiled of one round.
         eager_call, compiled_call = lambda: fn(*args), lambda: compiled(*args)
+        used = ["copy", "gemm"] if flops else ["copy"]
         times = lab.compare_rows(
-            {"eager": eager_call, "compiled": compiled_call},
+            {"eager": eager_call, "compiled": compiled_call,
+             **{roof: roofs[roof] for roof in used}},
             {"eager": (case, "eager_kernel_time"),
-             "compiled": (case, "compiled_kernel_time")},
+             "compiled": (case, "compiled_kernel_time"),
+             **{roof: (case, f"{roof}_kernel_time") for roof in used}},
             baseline="eager", ratios={"compiled": (case, "speedup", 1.0)},
             timer="kernel")
         # --8<-- [end:kernel_time]
+        bandwidth = copy_bytes / (times["copy"].median / 1e6)
+        lab.value(case=case, metric="copy_bandwidth", value=bandwidth / 1e9,
+                  unit="GB/s")
+        rate = math.inf  # no flops: any rate gives the same roofline
+        if flops:
+            rate = 2 * m**3 / (times["gemm"].median / 1e6)
+            lab.value(case=case, metric="gemm_rate", value=rate / 1e12,
+                      unit="TFLOP/s")
+        predicted = predicted_speedup(traffic.kernels, fused_bytes,
+                                      bandwidth, rate)
+        lab.value(case=case, metric="predicted_speedup", unit="x",
+                  value=predicted)
         fused_t = times["compiled"]
         if lab.cuda:
             lab.value(case=case, metric="compiled_kernels",
@@ -253,6 +300,12 @@ def measure(lab) -> None:
                   value=achieved / 1e9, unit="GB/s")
         lab.value(case=case, metric="fraction_of_copy",
                   value=achieved / bandwidth, unit="x")
+        if lab.cuda and name == "attention":
+            # Where eager attention's time goes: each kernel beside the
+            # roofline time of its operator, at the roofs of these rounds.
+            lab.note("eager attention kernels",
+                     eager_kernels(eager_call, traffic.kernels, bandwidth,
+                                   rate))
         # The trap, kept apart: events around one compiled call also time
         # the host's guards and launcher while the GPU waits for them.
         one = lab.time(lambda: compiled(*args), case=case,
@@ -260,6 +313,7 @@ def measure(lab) -> None:
         lab.value(case=case, metric="one_call_vs_kernel", unit="x",
                   value=one.median / fused_t.median)
         del args
+    del src, dst, a
 
 
 def main(argv=None) -> int:
