@@ -25,6 +25,7 @@ GLOSSARY = REPO / "snippets" / "glossary.md"
 NOT_ABBREVIATIONS = {
     "AMD": "a company's name (it no longer stands for anything on its products)",
     "NVIDIA": "a company's name, not an abbreviation",
+    "README": "a file's name (a repository's front page), not an abbreviation",
     "JAX": "a library's name; its documentation does not expand it",
     "GA100": "a chip's name (the A100's die), defined where the page uses it",
     "GH100": "a chip's name (the H100's die), defined where the page uses it",
