@@ -438,7 +438,7 @@ def book_figures(topic: str, metric: str, machine: str | None = None, *, root: P
 
     source = EXAMPLES_ROOT.joinpath(*topic.split(".")).with_suffix(".py")
     current = source_sha256(source) if source.is_file() else None
-    runs = [(path, load_record(path)) for path in sorted(root.glob(f"{machine or '*'}/{topic}/*.json"))]
+    runs = [(path, _load_unchanged(path)) for path in sorted(root.glob(f"{machine or '*'}/{topic}/*.json"))]
     kept = {(path.parts[-3], record.machine.gpu_count) for path, record in runs
             if record.source_sha256 == current}
     return [RunFigure(path.parts[-3], record.machine.gpu_count, path.stem, row.metrics[metric].median)
@@ -446,6 +446,20 @@ def book_figures(topic: str, metric: str, machine: str | None = None, *, root: P
             if record.source_sha256 == current or (path.parts[-3], record.machine.gpu_count) not in kept
             for row in record.results
             if metric in row.metrics and all(row.case.get(k) == v for k, v in case.items())]
+
+
+#: path -> (its modification time and size, its record): the pages' doctests ask for the same
+#: records hundreds of times a session; a file is read and validated again only if it changed.
+_LOADED: dict[Path, tuple[tuple[int, int], Record]] = {}
+
+
+def _load_unchanged(path: Path) -> Record:
+    stat = path.stat()
+    stamp = (stat.st_mtime_ns, stat.st_size)
+    kept = _LOADED.get(path)
+    if kept is None or kept[0] != stamp:
+        kept = _LOADED[path] = (stamp, load_record(path))
+    return kept[1]
 
 
 def book_medians(topic: str, metric: str, machine: str | None = None, **case) -> list[float]:
