@@ -88,14 +88,18 @@ def across_runs(records: Path, topic: str, where: dict, metric: str, case_key: b
     # A multi-GPU topic's runs on 2 and on 4 GPUs are separate machines; the page's is the fewest GPUs.
     fewest = min((r.machine.gpu_count for r in mine), default=0)
     # As on the pages: where some runs of that machine were made by the code as it is now, only
-    # those count (examples.lab.records.book_figures' rule).
+    # those count; else only the newest measured version's (examples.lab.records.book_figures' rule).
     from examples.lab.provenance import source_sha256
     from examples.lab.registry import EXAMPLES_ROOT
 
     code = source_sha256(EXAMPLES_ROOT.joinpath(*topic.split(".")).with_suffix(".py"))
-    current = [r for r in mine if r.machine.gpu_count == fewest and r.source_sha256 == code]
+    mine = [r for r in mine if r.machine.gpu_count == fewest]
+    current = [r for r in mine if r.source_sha256 == code]
     if current:
         mine = current
+    elif mine:
+        newest = max(mine, key=lambda r: (r.run.date, r.run.id)).source_sha256
+        mine = [r for r in mine if r.source_sha256 == newest]
     for record in mine:
         if record.machine.gpu_count != fewest:
             continue

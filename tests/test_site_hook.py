@@ -196,7 +196,7 @@ def test_stale_runs_are_left_out_where_current_ones_exist(fixture_store, tmp_pat
     assert h100.stale_reason == "tests/fixtures/fixture_source.txt has changed since this record was made"
     gone = h100.record.model_copy(update={"source": "examples/gone.py"})
     assert store.staleness(gone, REPO) == (True, "examples/gone.py no longer exists")
-    # All runs stale: all of them count.
+    # All runs stale: the newest measured version's count (run-1's), the older version's are left out.
     only_stale = tmp_path / "records"
     shutil.copytree(FIXTURES / "records" / H200 / TOPIC, only_stale / H200 / TOPIC)
     for path in (only_stale / H200 / TOPIC).glob("run-[123].json"):
@@ -205,7 +205,14 @@ def test_stale_runs_are_left_out_where_current_ones_exist(fixture_store, tmp_pat
     data = json.loads((only_stale / H200 / TOPIC / "run-1.json").read_text())
     (only_stale / H200 / TOPIC / "run-1.json").write_text(json.dumps({**data, "source_sha256": "2" * 64}))
     g = store.load([root(only_stale)], REPO).groups[0]
-    assert g.stale and [e.run_id for e in g.runs] == ["run-0", "run-1"] and not g.left_out
+    assert g.stale and [e.run_id for e in g.runs] == ["run-1"] and [e.run_id for e in g.left_out] == ["run-0"]
+    # Two runs of that newest version: both count.
+    shutil.copy(only_stale / H200 / TOPIC / "run-1.json", only_stale / H200 / TOPIC / "run-1b.json")
+    again = json.loads((only_stale / H200 / TOPIC / "run-1b.json").read_text())
+    again["run"]["id"] = "run-1b"
+    (only_stale / H200 / TOPIC / "run-1b.json").write_text(json.dumps(again))
+    g = store.load([root(only_stale)], REPO).groups[0]
+    assert g.stale and [e.run_id for e in g.runs] == ["run-1", "run-1b"] and [e.run_id for e in g.left_out] == ["run-0"]
 
 
 def test_a_skipped_legacy_record_belongs_to_no_group(fixture_store):

@@ -162,13 +162,15 @@ def test_on_a_gpu_only_that_machines_runs_count_and_three_are_needed(tmp_path):
 
 def test_the_pages_doctests_count_a_kinds_current_runs_only_where_it_has_any(tmp_path):
     """As the pages do: an H200 run of today's code hides the H200's older runs; the H100,
-    whose runs are all stale, keeps them (shown stale), rather than showing nothing."""
+    whose runs are all stale, keeps those of the newest version it measured (shown stale),
+    rather than showing nothing or mixing two versions' figures."""
     from examples.lab.records import book_figures
 
     topic = "graphs.launch_cost"
     write(tmp_path, topic, OLD, "20260101T000000Z-00000000-1", "2026-01-01T00:00:00+00:00")
     write(tmp_path, topic, current(topic), "20260102T000000Z-00000000-2", "2026-01-02T00:00:00+00:00")
     write(tmp_path, topic, OLD, "20260101T000000Z-00000000-3", "2026-01-01T00:00:00+00:00", m=H100)
+    write(tmp_path, topic, "e" * 64, "20251201T000000Z-00000000-4", "2025-12-01T00:00:00+00:00", m=H100)
     kept = {(f.machine, f.run) for f in book_figures(topic, "time", root=tmp_path)}
     assert kept == {("nvidia-h200", "20260102T000000Z-00000000-2"),
                     ("nvidia-h100-80gb-hbm3", "20260101T000000Z-00000000-3")}

@@ -432,18 +432,21 @@ def book_figures(topic: str, metric: str, machine: str | None = None, *, root: P
     """``metric``'s median in every committed run of ``topic`` (on ``machine`` only, if given),
     from the rows whose case has every ``key=value`` of ``case``; in file order. As on the
     pages: where some runs of a GPU kind (and GPU count) were made by the code as it is now,
-    only those count; a kind with none keeps its stale runs."""
+    only those count; a kind with none keeps the runs of the newest code version it measured."""
     from examples.lab.provenance import source_sha256
     from examples.lab.registry import EXAMPLES_ROOT
 
     source = EXAMPLES_ROOT.joinpath(*topic.split(".")).with_suffix(".py")
     current = source_sha256(source) if source.is_file() else None
     runs = [(path, _load_unchanged(path)) for path in sorted(root.glob(f"{machine or '*'}/{topic}/*.json"))]
-    kept = {(path.parts[-3], record.machine.gpu_count) for path, record in runs
-            if record.source_sha256 == current}
+    counted: dict[tuple[str, int], str | None] = {}  # (kind, GPU count) -> the code version that counts
+    for path, record in sorted(runs, key=lambda run: (run[1].run.date, run[0].stem)):
+        kind = (path.parts[-3], record.machine.gpu_count)
+        if kind not in counted or counted[kind] != current:  # a current run decides; else the newest
+            counted[kind] = record.source_sha256
     return [RunFigure(path.parts[-3], record.machine.gpu_count, path.stem, row.metrics[metric].median)
             for path, record in runs
-            if record.source_sha256 == current or (path.parts[-3], record.machine.gpu_count) not in kept
+            if record.source_sha256 == counted[(path.parts[-3], record.machine.gpu_count)]
             for row in record.results
             if metric in row.metrics and all(row.case.get(k) == v for k, v in case.items())]
 

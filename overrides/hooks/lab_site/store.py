@@ -11,7 +11,8 @@ broken files no page uses. A reader's file that does not load is *left out* inst
 
 A page shows *groups*, not files: the runs of one topic on one kind of machine under
 one root (:class:`Group`). When some runs of a group are current and others were made
-by code that has changed since, only the current ones count. A legacy record that
+by code that has changed since, only the current ones count; when none is current, only
+the runs of the newest code version that was measured (stale, and shown so). A legacy record that
 skipped its topic (empty results, a ``skipped`` note: one-GPU runs of multi-GPU topics
 wrote these) belongs to no group; Appendix A lists it.
 """
@@ -87,7 +88,7 @@ class Group:
     root: Root
     topic: str
     runs: tuple[Entry, ...]  # the runs the figures come from, oldest first
-    left_out: tuple[Entry, ...] = ()  # stale runs not counted because current ones exist
+    left_out: tuple[Entry, ...] = ()  # stale runs not counted: current ones, or a newer version's, exist
     multi_gpu: bool = False  # the topic's example runs on several GPUs at once
 
     @property
@@ -282,7 +283,8 @@ def load(roots: Iterable[Root], repo_root: Path, own: Collection[str] | None = N
 
 
 def group_runs(entries: Iterable[Entry], repo_root: Path) -> list[Group]:
-    """One group per (root, machine, topic); current runs only where a group has any."""
+    """One group per (root, machine, topic); current runs only where a group has any, else its newest
+    code version's."""
     by_key: dict[tuple[int, str, str], list[Entry]] = {}
     roots: dict[int, Root] = {}
     multi: dict[str, bool] = {}
@@ -297,8 +299,12 @@ def group_runs(entries: Iterable[Entry], repo_root: Path) -> list[Group]:
     for (index, _slug, topic), runs in by_key.items():
         runs.sort(key=lambda e: (e.record.run.date, e.run_id))
         current = tuple(e for e in runs if not e.stale)
-        shown = current or tuple(runs)
-        left_out = tuple(e for e in runs if e.stale) if current else ()
+        # No current run: the newest measured version of the code speaks (its runs are the
+        # last figures the book had); runs of still older versions would mix two codes' figures.
+        newest = runs[-1].record.source_sha256
+        shown = current or tuple(e for e in runs if e.record.source_sha256 == newest)
+        counted = {id(e) for e in shown}
+        left_out = tuple(e for e in runs if id(e) not in counted)
         groups.append(Group(roots[index], topic, shown, left_out, multi[topic]))
     return groups
 
