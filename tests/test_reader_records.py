@@ -32,6 +32,7 @@ from typing import NamedTuple
 import pytest
 
 from examples.lab.compare import compare
+from examples.lab.provenance import source_sha256
 from examples.lab.records import load_records, record_files
 from examples.lab.registry import import_topic
 from tests.reader_folders import broken_reasons, odd_folder
@@ -68,7 +69,7 @@ class Readers(NamedTuple):
 
     cpu: Path  # a real quick run of TOPIC on this CPU
     breaking: Path  # a slower GPU's run of one claim's topic, that breaks the claim
-    one_gpu: Path  # every topic of the book on one H100 (the book's H200 runs, relabelled)
+    one_gpu: Path  # a run of every topic of the book on one H100 (the book's newest H200 runs, relabelled)
     odd: Path  # odd and broken records of TOPIC (tests/reader_folders.py)
     site: Path
     output: str
@@ -174,20 +175,26 @@ def test_the_default_build_has_no_reader_tab(readers, built_site):
 
 # -- a one-GPU reader's `lab run --all` ------------------------------------------------------
 
-def _one_gpu_run(records: Path) -> None:
-    """Every topic of the book measured on one H100 (no collective; the book's H200 runs, relabelled), and a
-    legacy record that skipped one."""
-    book = [r for r in load_records(REPO / "docs" / "records") if r.machine.slug == "nvidia-h200"]
-    reader_runs = {old: f"20261201T09000{i}Z-0a1b2c3d-424{i}"
-                   for i, old in enumerate(sorted({r.run.id for r in book if r.machine.gpu_count == 1}))}
+def _one_gpu_run(records: Path, every_run: bool = False) -> None:
+    """A reader's ``lab run --all`` on one H100: one run of every topic of the book (no collective; the
+    book's newest H200 run of the current code, relabelled), and a legacy record that skipped one.
+    ``every_run``: each of the book's H200 runs instead, relabelled (the same numbers as the book's)."""
+    book = [r for r in load_records(REPO / "docs" / "records")
+            if r.machine.slug == "nvidia-h200" and r.machine.gpu_count == 1]  # the runner skips collectives
+    if not every_run:
+        newest: dict[str, object] = {}
+        for record in sorted(book, key=lambda r: (r.source_sha256 == source_sha256(REPO / r.source), r.run.date)):
+            newest[record.topic] = record  # current runs sort last, the newest of them last of all
+        book = list(newest.values())
+    # One reader run per book run, a minute apart: (run id, date).
+    reader_runs = {old: (f"20261201T{9 + i // 60:02d}{i % 60:02d}00Z-0a1b2c3d-{4240 + i}",
+                         f"2026-12-01T{9 + i // 60:02d}:{i % 60:02d}:00+00:00")
+                   for i, old in enumerate(sorted({r.run.id for r in book}))}
     for record in book:
-        if record.machine.gpu_count > 1:
-            continue  # the runner skips a topic that needs two GPUs and writes nothing
-        run_id = reader_runs[record.run.id]
+        run_id, date = reader_runs[record.run.id]
         data = json.loads(record.model_dump_json())
         data["machine"].update(slug=READER_SLUG, gpu_name=READER_GPU, gpu_count=1)
-        data["run"].update(id=run_id, boot_id="0a1b2c3d-0000-4000-8000-000000000000", wall_s=30.0,
-                           date=f"2026-12-01T09:00:0{run_id[14]}+00:00")
+        data["run"].update(id=run_id, boot_id="0a1b2c3d-0000-4000-8000-000000000000", wall_s=30.0, date=date)
         path = records / READER_SLUG / record.topic / f"{run_id}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, indent=1))
@@ -244,8 +251,9 @@ def test_a_one_gpu_readers_run_builds_with_a_tab_per_topic_and_the_skipped_one_l
                for c in report["claims"])
 
 
-def test_compare_pairs_a_one_gpu_readers_run_with_the_book(readers):
-    records = readers.one_gpu
+def test_compare_pairs_a_one_gpu_readers_run_with_the_book(tmp_path):
+    records = tmp_path / "my-h100"
+    _one_gpu_run(records, every_run=True)
     result = compare(records)
     (machine,) = result.machines
     assert machine.machine == READER_SLUG and machine.figures
