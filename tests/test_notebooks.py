@@ -149,3 +149,13 @@ def test_the_site_renders_and_links_each_notebook(chapter, site):
     linked = [p for p in site.glob("*/index.html")
               if f'href="../notebooks/{chapter.package}/{chapter.package}.ipynb" download' in p.read_text("utf-8")]
     assert len(linked) == 1, f"{chapter.package}.ipynb is linked from {linked}, expected one chapter page"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.package)
+def test_each_notebook_links_the_source_of_every_example_it_runs(chapter, site):
+    page = site / "notebooks" / chapter.package / "index.html"
+    hrefs = re.findall(r'Source: <a href="([^"]+)">', page.read_text("utf-8"))
+    assert hrefs == [f"{notebooks.SOURCES_FROM_NOTEBOOK}examples/{chapter.package}/{ex.name}.py"
+                     for ex in chapter.examples]
+    for href in hrefs:
+        assert (page.parent / href).resolve().is_file(), f"{page.relative_to(site)} links to {href}, not in the site"

@@ -34,6 +34,9 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 NOT_CHAPTERS = {"lab"}
 SITE_DIR = "notebooks"
+#: Where the site keeps the examples' sources (``overrides/hooks/reading.py`` copies them there),
+#: seen from a notebook's page (``notebooks/<chapter>/``).
+SOURCES_FROM_NOTEBOOK = "../../"
 #: An inline script of nbconvert's template that imports from a CDN (its Mermaid loader).
 CDN_SCRIPT = re.compile(r"<script\b[^>]*>(?:(?!</script>).)*?https://cdnjs\.cloudflare\.com"
                         r"(?:(?!</script>).)*?</script>", re.S)
@@ -142,6 +145,12 @@ def _markdown(doc: str) -> str:
     return "\n".join(out)
 
 
+def source_link(package: str, name: str) -> str:
+    """The Markdown that names an example's file and links it to its copy in the site."""
+    path = f"examples/{package}/{name}.py"
+    return f"Source: [`{path}`]({SOURCES_FROM_NOTEBOOK}{path}) (the same path in a clone of the repository)."
+
+
 def notebook(chapter: Chapter) -> nbformat.NotebookNode:
     """The notebook of one chapter: runs top to bottom on a machine without a GPU."""
     v4 = nbformat.v4
@@ -159,7 +168,8 @@ def notebook(chapter: Chapter) -> nbformat.NotebookNode:
     ]
     for ex in chapter.examples:
         module = f"examples.{chapter.package}.{ex.name}"
-        cells.append(v4.new_markdown_cell(f"## `{module}`\n\n{_markdown(ex.doc)}"))
+        cells.append(v4.new_markdown_cell(
+            f"## `{module}`\n\n{source_link(chapter.package, ex.name)}\n\n{_markdown(ex.doc)}"))
         argv = (f"{ex.name}.EXAMPLE_ARGV" if ex.kind == "calculator"
                 else '[*QUICK, "--device", DEVICE]')
         cells.append(v4.new_code_cell(
