@@ -47,9 +47,12 @@ def test_a_page_naming_an_example_file_that_does_not_exist_stops_the_build_in_on
                                 None, None)
 
 
-def test_a_notebook_page_is_left_as_it_is():
-    html = "<h1>T</h1><code>examples/capstone/nothing.py</code>"
-    assert reading.on_page_content(html, _page("notebooks/x.ipynb", "x/"), None, None) == html
+def test_a_notebook_page_gets_its_links_and_no_reading_time():
+    html = "<h1>T</h1><p><code>examples/capstone/decode.py</code></p><pre><code>x = 1\n</code></pre>"
+    out = reading.on_page_content(html, _page("notebooks/capstone.ipynb", "notebooks/capstone/"), None, None)
+    assert out == html.replace("<code>examples/capstone/decode.py</code>",
+                               '<a class="lab-source" href="../../examples/capstone/decode.py" '
+                               'title="the whole file, as the book runs it"><code>examples/capstone/decode.py</code></a>')
 
 
 @pytest.mark.parametrize("name", PAGES)
@@ -122,3 +125,170 @@ def test_every_page_s_title_is_its_name_in_the_navigation(built_site):
         h1 = re.search(r"<h1[^>]*>(.*?)</h1>", page.read_text(encoding="utf-8"), re.S).group(1)
         shown = re.sub(r"<[^>]+>|¶", "", h1).replace("&para;", "").strip()
         assert shown == label, f"{src}: the page says {shown!r}, the navigation {label!r}"
+
+
+# -- the main line: what the reading time counts ------------------------------------------------
+
+def _words(html: str) -> int:
+    counter = reading._Counter()
+    counter.feed(html)
+    counter.close()
+    return counter.words
+
+
+def test_the_reading_time_counts_the_main_line_and_leaves_the_evidence_out():
+    assert _words("<p>one two three</p>") == 3
+    apparatus = (
+        '<p class="lab-provenance">NVIDIA H200 · 132 SMs · driver 580 · 5 runs</p>'
+        '<p class="lab-caption">Every row: part sweep, GPUs 2.</p>'
+        '<span class="lab-claims"><span class="lab-claim lab-claim--holds" title="t">2 × H200 ✓ 327 GB/s</span></span>'
+        '<details class="lab-rows" open="open"><summary>message size 1 KiB · 3 rows</summary>'
+        "<table><tr><td>dist.all_reduce 12 µs</td></tr></table></details>"
+        '<div class="admonition warning lab-stale"><p class="admonition-title">Measured on an earlier version</p>'
+        "<p>Rerun it to refresh them.</p></div>"
+    )
+    assert _words(f"<p>one two three</p>{apparatus}") == 3
+    # A record's stale-code note is known by its title (the records hook writes it as a plain warning).
+    stale = ('<div class="admonition warning">\n<p class="admonition-title">'
+             f'{reading.STALE_TITLE}</p>\n<p>The code it measured with has changed.</p>\n</div>')
+    assert reading.reading_line("<h1>T</h1>" + stale) == "About 1 minute of prose"
+    assert _words(reading._STALE_NOTE.sub(r'<div class="admonition warning lab-stale">\1', stale)) == 0
+    assert reading.reading_line("<h1>T</h1>" + stale.replace(reading.STALE_TITLE, "Careful")) == \
+        "About 1 minute of prose" and _words(stale.replace(reading.STALE_TITLE, "Careful")) == 8, \
+        "any other warning is read"
+
+
+def test_a_folded_block_counts_its_summary_and_its_code_but_not_its_prose():
+    closed = ('<details class="question"><summary>Answer (four words)</summary>'
+              "<p>a long folded answer nobody reads on the way through</p>"
+              "<pre><code>x = 1\ny = 2\n</code></pre></details>")
+    opened = '<details class="note" open="open"><summary>Open</summary><p>read this too</p></details>'
+    counter = reading._Counter()
+    counter.feed(f"<p>before</p>{closed}{opened}<p>after</p>")
+    assert counter.words == 1 + 3 + 1 + 3 + 1 and counter.code_lines == 2
+    nested = f"<details><summary>outer</summary>{closed}</details>"
+    assert _words(nested) == 1, "a summary inside a folded block is folded too"
+
+
+def test_only_the_first_tab_of_a_tabbed_block_is_on_the_main_line():
+    tabs = ('<div class="tabbed-set tabbed-alternate"><input checked="checked" id="__tabbed_1_1" type="radio"/>'
+            '<input id="__tabbed_1_2" type="radio"/><div class="tabbed-labels"><label for="__tabbed_1_1">NVIDIA H200'
+            '</label><label for="__tabbed_1_2">NVIDIA H100</label></div><div class="tabbed-content">'
+            '<div class="tabbed-block"><p>one two</p><pre><code>a\n</code></pre></div>'
+            '<div class="tabbed-block"><p>three four five</p><pre><code>b\nc\n</code></pre></div>'
+            "</div></div>")
+    counter = reading._Counter()
+    counter.feed(tabs + "<p>six</p>")
+    assert counter.words == 3 and counter.code_lines == 1
+
+
+def _chapters(built_site):
+    for page in sorted(built_site.glob("*/index.html")):
+        text = page.read_text(encoding="utf-8")
+        if 'class="lab-provenance"' in text:  # a chapter with records
+            yield page, text
+
+
+def test_each_chapter_s_reading_time_leaves_out_its_evidence(built_site, monkeypatch):
+    """The shown time is the main line's; counted the old way (every word outside listings, tables,
+    diagrams and formulas) each chapter with records reads longer."""
+    shown_pattern = re.compile(r'<p class="lab-reading-time">About (\d+) minutes?')
+    chapters = 0
+    for page, text in _chapters(built_site):
+        article = text[text.index("<h1"):text.index("</article>")]  # the page's content: from its title
+        article = re.sub(r'<p class="lab-reading-time">.*?</p>|<span class="lab-noisy-words">.*?</span>', "", article)
+        shown = int(shown_pattern.search(text).group(1))
+        assert shown == int(re.search(r"About (\d+)", reading.reading_line(article)).group(1)), page
+        with monkeypatch.context() as m:
+            m.setattr(reading, "_NOT_PROSE_CLASSES", {"arithmatex", "mermaid", "lab-plot", "lab-timeline", "lab-diagram"})
+            m.setattr(reading, "_STALE_NOTE", re.compile("(?!)()"))
+            old = int(re.search(r"About (\d+)", reading.reading_line(article)).group(1))
+        assert shown < old, f"{page.parent.name}: {shown} minutes shown, {old} with the evidence counted"
+        chapters += 1
+    assert chapters >= 9
+
+
+# -- the examples' sources: shipped, and linked wherever the prose names one ----------------------
+
+def test_every_source_file_of_the_examples_is_shipped_and_no_cache_is(tmp_path):
+    shipped = {p.relative_to(reading.EXAMPLES).as_posix() for p in reading.example_files()}
+    assert {"collectives/slurm_collectives.sbatch", "lab/memory_needs.json", "collectives/ring_allreduce.py"} <= shipped
+    assert not [p for p in shipped if "__pycache__" in p or p.endswith(".pyc")]
+    root = tmp_path / "examples"
+    (root / "a" / "__pycache__").mkdir(parents=True)
+    (root / "a" / "x.py").write_text("")
+    (root / "a" / "run.sbatch").write_text("")
+    (root / "a" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"")
+    (root / "a" / "y.pyc").write_bytes(b"")
+    (root / "a" / ".hidden").write_text("")
+    assert [p.relative_to(root).as_posix() for p in reading.example_files(root)] == ["a/run.sbatch", "a/x.py"]
+
+
+def test_the_prose_links_example_paths_bare_file_names_and_the_modules_of_commands():
+    html = ("<p><code>ring_allreduce.py</code>, <code>examples/collectives/slurm_collectives.sbatch</code>, "
+            "<code>python -m examples.capstone.decode --quick</code> and "
+            "<code>python -m examples.lab run blas.levels blas.epilogue --out DIR</code>; "
+            "<code>output_code.py</code>, <code>__init__.py</code> and <code>records.py</code> stay as they are "
+            '(not an example, or not one file), and so does <a href="x"><code>nccl_latency.py</code></a>.</p>'
+            "<pre><code>python -m examples.capstone.decode\nring_allreduce.py\n</code></pre>")
+    out = reading.link_sources(html, "collectives/", "collectives.md")
+    link = '<a class="lab-source" href="../examples/{}" title="the whole file, as the book runs it">{}</a>'
+    assert link.format("collectives/ring_allreduce.py", "<code>ring_allreduce.py</code>") in out
+    assert link.format("collectives/slurm_collectives.sbatch",
+                       "<code>examples/collectives/slurm_collectives.sbatch</code>") in out
+    # A command keeps its text, so it copies as it reads; its modules are links inside it.
+    assert f"<code>python -m {link.format('capstone/decode.py', 'examples.capstone.decode')} --quick</code>" in out
+    assert (f"<code>python -m {link.format('lab/__main__.py', 'examples.lab')} run "
+            f"{link.format('blas/levels.py', 'blas.levels')} {link.format('blas/epilogue.py', 'blas.epilogue')}"
+            " --out DIR</code>") in out
+    for left in ("<code>output_code.py</code>", "<code>__init__.py</code>", "<code>records.py</code>",
+                 '<a href="x"><code>nccl_latency.py</code></a>'):
+        assert left in out and link.split(">")[0].format("x", "") not in left
+    assert out.endswith("<pre><code>python -m examples.capstone.decode\nring_allreduce.py\n</code></pre>"), \
+        "a listing is left as it is"
+
+
+def test_a_command_that_runs_no_example_stops_the_build_in_one_line():
+    with pytest.raises(SystemExit, match=r"x.md: runs examples.capstone.nothing, which is not a module"):
+        reading.link_sources("<code>python -m examples.capstone.nothing</code>", "x/", "x.md")
+    with pytest.raises(SystemExit, match=r"x.md: runs the topic blas.nothing, which is not a file"):
+        reading.link_sources("<code>python -m examples.lab run blas.nothing</code>", "x/", "x.md")
+
+
+def test_the_built_site_ships_every_source_of_the_examples(built_site):
+    shipped = sorted(p.relative_to(built_site / "examples").as_posix()
+                     for p in (built_site / "examples").rglob("*") if p.is_file())
+    assert shipped == [p.relative_to(reading.EXAMPLES).as_posix() for p in reading.example_files()]
+    sbatch = "collectives/slurm_collectives.sbatch"
+    assert (built_site / "examples" / sbatch).read_bytes() == (reading.EXAMPLES / sbatch).read_bytes()
+
+
+def test_every_example_file_or_command_the_prose_names_is_a_link_to_its_file(built_site):
+    """A reader never meets, in running text, an example's file name or command they cannot open."""
+    names = {p.name for p in reading.example_files()} - {"__init__.py", "__main__.py"}
+    checked = 0
+    for page in sorted(built_site.rglob("index.html")):
+        if "examples" in page.relative_to(built_site).parts:
+            continue
+        text = _PRE.sub("", page.read_text(encoding="utf-8"))
+        for m in re.finditer(r"(<a\b[^>]*>)?<code>(.*?)</code>", text, re.S):
+            anchor, inner = m.group(1) or "", m.group(2)
+            shown = re.sub(r"<[^>]+>", "", inner)
+            where = f"{page.relative_to(built_site)}: <code>{shown}</code>"
+            targets = []
+            if re.fullmatch(r"examples/[\w/]+\.\w+", shown) or shown in names:
+                href = re.search(r'href="([^"]+)"', anchor)
+                assert href and f"/{href.group(1)}".endswith(f"/{shown}"), \
+                    f"{where} is not a link to its file"
+                targets.append(href.group(1))
+            for command in re.finditer(r"python -m (examples(?:\.\w+)+)", shown):
+                assert re.search(rf'python -m <a class="lab-source" href="[^"]+"[^>]*>{re.escape(command.group(1))}</a>',
+                                 inner), f"{where}: the module {command.group(1)} is not a link to its file"
+                targets += re.findall(r'<a class="lab-source" href="([^"]+)"', inner)
+            for href in targets:
+                assert (page.parent / href).resolve().is_file(), f"{where} links to {href}, not in the site"
+                checked += 1
+    assert checked > 100
+
+
+_PRE = re.compile(r"<pre\b.*?</pre>", re.S)

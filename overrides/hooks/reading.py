@@ -2,22 +2,33 @@
 
 A MkDocs 1.x hook (``hooks:`` in mkdocs.yml).
 
-* Under the first heading of every Markdown page: about how long its prose takes to read,
-  and how many lines of code it shows. Prose is the page's text less its code listings,
-  tables, diagrams and formulas (a reader looks at those, at no fixed rate), read at
-  :data:`WORDS_PER_MINUTE`.
+* Under the first heading of every Markdown page: about how long its main line takes to
+  read, and how many lines of code it shows. The main line is the prose a reader reads on
+  the way through: the page's text less its code listings, tables, diagrams and formulas (a
+  reader looks at those, at no fixed rate), less the evidence apparatus (a record's
+  provenance line, caption, row groups and stale-code note, claim badges: looked up, not
+  read), less what is folded (a closed ``details``: only its summary is on the main line)
+  and less every tab of a tabbed block but the one shown first (one per GPU: a reader reads
+  one). It is read at :data:`WORDS_PER_MINUTE`. Every listing's lines count as code, folded
+  or not, but those of a tab not shown first.
 * A code listing longer than :data:`FOLD_LINES` lines is folded (a ``details`` block whose
   summary names the file and its length), so the prose stays the page's main line; and a
   section titled "In depth: ..." is marked as such, so it does not look like a core one.
 * The first ⚠ of a page says in words what it marks (the others say it on hover and tap).
-* Every example module (``examples/**/*.py``) is copied into the site under ``examples/``,
-  and each ``<code>examples/…/x.py</code>`` on a page links to its copy, so a file name the
-  pages mention is one a reader can open, offline, from the site itself.
+* Every source file of the examples (``examples/**``, less Python's caches) is copied into
+  the site under ``examples/``, and the prose links to its copy wherever it names one: a path
+  (``<code>examples/…/x.py</code>``, a listing's title), a bare file name that is one file of
+  the examples (``<code>ring_allreduce.py</code>``), and the modules of a command
+  (``<code>python -m examples.capstone.decode</code>``, ``<code>python -m examples.lab run
+  blas.levels</code>``: the link goes on the module's name inside the code, so the command
+  copies as it reads). Listings (``pre``) are left as they are. A file name the pages mention
+  is one a reader can open, offline, from the site itself.
 """
 from __future__ import annotations
 
 import html
 import math
+import os
 import re
 import shutil
 import sys
@@ -25,7 +36,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lab_site.runs import NOISY  # noqa: E402  (the hooks' package; mkdocs loads hooks by path)
+from lab_site.provenance import STALE_TITLE  # noqa: E402  (the hooks' package; mkdocs loads hooks by path)
+from lab_site.runs import NOISY  # noqa: E402
 
 #: Silent reading of non-fiction by adults: 238 words a minute (Brysbaert, "How many words
 #: do we read per minute? A review and meta-analysis of reading rate", Journal of Memory
@@ -35,7 +47,18 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 #: What a reader looks at rather than reads word by word: not counted as prose.
 _NOT_PROSE = {"pre", "table", "svg", "script", "style", "math"}
-_NOT_PROSE_CLASSES = ("arithmatex", "mermaid", "lab-plot", "lab-timeline", "lab-diagram")
+_NOT_PROSE_CLASSES = {"arithmatex", "mermaid", "lab-plot", "lab-timeline", "lab-diagram",
+                      # the evidence beside a figure: looked up when wanted, not read on the way
+                      "lab-provenance", "lab-caption", "lab-claims", "lab-claim", "lab-claim-contradicted",
+                      "lab-rows",  # a table of records' row groups, their summaries included
+                      "lab-stale",  # a record's note that newer code has not measured it yet (below)
+                      "tabbed-labels"}  # the tabs' names (one per GPU): controls, not prose
+#: A record's stale-code note: a warning box the records hook writes above its table or plot.
+#: It is the record's apparatus, like its provenance line; marked (for counting only) by its title.
+_STALE_NOTE = re.compile(r'<div class="admonition warning">(\s*<p class="admonition-title">'
+                         + re.escape(STALE_TITLE) + "</p>)")
+#: Elements that never close (``<br>``): never on the counter's stack.
+_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 #: Listings longer than this are folded: a screen of code, about.
 FOLD_LINES = 30
 _LISTING = re.compile(r'<div class="language-[\w-]+ highlight">(?:<span class="filename">(.*?)</span>)?<pre>.*?</pre></div>',
@@ -47,50 +70,126 @@ NOISY_WORDS = (f"(⚠: this figure's independent runs differ by more than {NOISY
 _DEPTH_HEADING = re.compile(r'<(h[23]) id="([^"]*)">In depth: ')
 _FIRST_H1 = re.compile(r"(<h1\b[^>]*>.*?</h1>)", re.S)
 #: A file name of an example: in running text, and as the title of a listing taken from it.
-_EXAMPLE_CODE = re.compile(r"<code>(examples/[A-Za-z0-9_/]+\.py)</code>")
-_EXAMPLE_TITLE = re.compile(r'(<span class="filename">)(examples/[A-Za-z0-9_/]+\.py)(</span>)')
+_EXAMPLE_CODE = re.compile(r"<code>(examples/[A-Za-z0-9_/]+\.[A-Za-z0-9]+)</code>")
+_EXAMPLE_TITLE = re.compile(r'(<span class="filename">)(examples/[A-Za-z0-9_/]+\.[A-Za-z0-9]+)(</span>)')
+#: Inline code in running text (a listing's ``pre`` is cut out first), with the link it sits in, if any.
+_INLINE_CODE = re.compile(r"(<a\b[^>]*>\s*)?<code>([^<]*)</code>")
+#: A bare file name: one word with an extension.
+_BARE_NAME = re.compile(r"[A-Za-z0-9_.-]+\.[A-Za-z0-9]+")
+#: A command that runs an example: the module, then (after the lab runner's ``run``) its topics.
+_COMMAND = re.compile(r"\bpython -m (examples(?:\.\w+)+)((?: +[^ ]+)*)")
+_TOPIC = re.compile(r"(?<![\w./-])([a-z][a-z0-9_]*\.[a-z_][a-z0-9_]*)(?![\w./-])")
+_PRE = re.compile(r"<pre\b.*?</pre>", re.S)
+#: What the copy of the examples leaves out: Python's caches.
+_NOT_SHIPPED_DIRS = {"__pycache__"}
+_NOT_SHIPPED_SUFFIXES = {".pyc", ".pyo"}
+#: Folders of the repository that hold no source a page could name by its bare file name.
+_NOT_SOURCE_DIRS = {"__pycache__", "node_modules", "site"}
+
+
+def example_files(root: Path = EXAMPLES) -> list[Path]:
+    """Every source file of the examples, as the site ships it: all but caches and dot-files."""
+    return sorted(path for path in root.rglob("*")
+                  if path.is_file() and path.suffix not in _NOT_SHIPPED_SUFFIXES
+                  and not any(part in _NOT_SHIPPED_DIRS or part.startswith(".")
+                              for part in path.relative_to(root).parts))
+
+
+def _by_name() -> dict[str, str]:
+    """``{file name: examples/…/file name}`` for the names that are one file of the repository,
+    and that file one of the examples': a bare ``ring_allreduce.py`` is that example, a bare
+    ``records.py`` could be the runner's or the site's and is left unlinked."""
+    count: dict[str, int] = {}
+    for folder, subfolders, names in os.walk(REPO):
+        subfolders[:] = [d for d in subfolders if not d.startswith(".") and d not in _NOT_SOURCE_DIRS]
+        for name in names:
+            count[name] = count.get(name, 0) + 1
+    return {path.name: path.relative_to(REPO).as_posix() for path in example_files()
+            if count.get(path.name) == 1}
+
+
+def module_file(module: str) -> str | None:
+    """``examples.a.b`` as the file ``python -m`` runs (``examples/a/b.py``, or a package's
+    ``__main__.py``), relative to the repository; None when there is none."""
+    base = REPO / Path(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__main__.py"):
+        if candidate.is_file():
+            return candidate.relative_to(REPO).as_posix()
+    return None
 
 
 class _Counter(HTMLParser):
-    """Words of prose and lines of code listings in a page's HTML."""
+    """Words of the main line's prose and lines of code listings in a page's HTML.
+
+    Each open element weighs on two counts: ``hidden`` (its words are not main-line prose:
+    a table, a formula, a provenance line, a closed ``details`` less its ``summary``) and
+    ``unseen`` (nothing of it is shown until the reader asks: a tab other than the first).
+    Words count where both are 0; a listing's lines count where ``unseen`` is.
+    """
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.words = 0
         self.code_lines = 0
-        self._skipping: str | None = None  # the tag of the element that is not prose, while inside it
-        self._depth = 0  # how many of that tag are open (they may nest)
+        self._open: list[list] = []  # [tag, hidden weight, unseen weight, tabs met (a tabbed-content's), folded]
+        self._hidden = 0
+        self._unseen = 0
         self._code: list[str] | None = None  # the text of a code listing, while inside one
+        self._code_depth = 0  # the stack's length at the listing's <pre>
 
     def handle_starttag(self, tag, attrs):
-        if self._skipping is None:
-            classes = (dict(attrs).get("class") or "").split()
-            if tag in _NOT_PROSE or any(c in _NOT_PROSE_CLASSES for c in classes):
-                self._skipping, self._depth = tag, 1
-                self._code = [] if tag == "pre" and "mermaid" not in classes else None  # a diagram is no code
-        elif tag == self._skipping:
-            self._depth += 1
+        if tag in _VOID:
+            return
+        attributes = dict(attrs)
+        classes = set((attributes.get("class") or "").split())
+        hidden = unseen = 0
+        folded = False
+        if tag in _NOT_PROSE or classes & _NOT_PROSE_CLASSES:
+            hidden = 1
+        elif tag == "details" and "open" not in attributes:
+            hidden, folded = 1, True  # folded: only its summary is on the main line
+        elif tag == "summary" and self._open and self._open[-1][4]:
+            hidden = -1  # the summary of a folded block is read
+        if "tabbed-block" in classes:
+            tabs = next((entry for entry in reversed(self._open) if entry[3] is not None), None)
+            if tabs is not None:
+                tabs[3] += 1
+                if tabs[3] > 1:
+                    hidden = unseen = 1  # another GPU's tab: shown only when chosen
+        self._open.append([tag, hidden, unseen, 0 if "tabbed-content" in classes else None, folded])
+        self._hidden += hidden
+        self._unseen += unseen
+        if tag == "pre" and "mermaid" not in classes and self._code is None and not self._unseen:
+            self._code, self._code_depth = [], len(self._open)  # a diagram is no code
+
+    def handle_startendtag(self, tag, attrs):
+        pass  # <br/>, <img/>: no text, nothing to close
 
     def handle_endtag(self, tag):
-        if tag == self._skipping:
-            self._depth -= 1
-            if self._depth == 0:
-                if self._code is not None:
-                    text = "".join(self._code).strip("\n")
-                    self.code_lines += len(text.splitlines()) if text else 0
-                self._skipping, self._code = None, None
+        if not any(entry[0] == tag for entry in self._open):
+            return  # a stray end tag
+        while self._open:
+            entry = self._open.pop()
+            self._hidden -= entry[1]
+            self._unseen -= entry[2]
+            if self._code is not None and len(self._open) < self._code_depth:
+                text = "".join(self._code).strip("\n")
+                self.code_lines += len(text.splitlines()) if text else 0
+                self._code = None
+            if entry[0] == tag:
+                break
 
     def handle_data(self, data):
-        if self._skipping is None:
-            self.words += len(data.split())
-        elif self._code is not None:
+        if self._code is not None:
             self._code.append(data)
+        elif self._hidden <= 0 and not self._unseen:
+            self.words += len(data.split())
 
 
 def reading_line(page_html: str) -> str:
     """The line shown under a page's title, e.g. "About 12 minutes of prose · 340 lines of code"."""
     counter = _Counter()
-    counter.feed(page_html)
+    counter.feed(_STALE_NOTE.sub(r'<div class="admonition warning lab-stale">\1', page_html))
     counter.close()
     minutes = max(1, math.ceil(counter.words / WORDS_PER_MINUTE))
     text = f"About {minutes} minute{'s' if minutes != 1 else ''} of prose"
@@ -104,20 +203,68 @@ def _example_href(path: str, page_url: str) -> str:
     return "../" * page_url.count("/") + path
 
 
+def _link(path: str, shown: str, page_url: str) -> str:
+    href = html.escape(_example_href(path, page_url))
+    return f'<a class="lab-source" href="{href}" title="the whole file, as the book runs it">{shown}</a>'
+
+
+def _command_links(code: str, page_url: str, where: str) -> str:
+    """The text of an inline ``<code>`` with each module of an example command linked to its file."""
+
+    def command(m: re.Match[str]) -> str:
+        module, rest = m.group(1), m.group(2)
+        path = module_file(module)
+        if path is None:
+            raise SystemExit(f"{where}: runs {module}, which is not a module of the repository")
+        out = f"python -m {_link(path, module, page_url)}"
+        if module == "examples.lab" and re.match(r" +run\b", rest):
+            def topic(t: re.Match[str]) -> str:
+                file = f"examples/{t.group(1).replace('.', '/')}.py"
+                if not (REPO / file).is_file():
+                    raise SystemExit(f"{where}: runs the topic {t.group(1)}, which is not a file of the examples")
+                return _link(file, t.group(1), page_url)
+            rest = _TOPIC.sub(topic, rest)
+        return out + rest
+
+    return _COMMAND.sub(command, code)
+
+
+def link_sources(html_text: str, page_url: str, where: str) -> str:
+    """Link every example file and example command the running text of a page names (see the module)."""
+    by_name = _by_name()
+
+    def inline(m: re.Match[str]) -> str:
+        anchor, code = m.group(1), m.group(2)
+        if anchor:
+            return m.group(0)  # already a link
+        if code.startswith("examples/") and _EXAMPLE_CODE.fullmatch(m.group(0)):
+            if not (REPO / code).is_file():
+                raise SystemExit(f"{where}: names {code}, which is not a file of the repository")
+            return _link(code, m.group(0), page_url)
+        if _BARE_NAME.fullmatch(code) and code in by_name:
+            return _link(by_name[code], m.group(0), page_url)
+        if "python -m examples." in code:
+            return f"<code>{_command_links(code, page_url, where)}</code>"
+        return m.group(0)
+
+    def titled(m: re.Match[str]) -> str:
+        if not (REPO / m.group(2)).is_file():
+            raise SystemExit(f"{where}: names {m.group(2)}, which is not a file of the repository")
+        return m.group(1) + _link(m.group(2), m.group(2), page_url) + m.group(3)
+
+    out, last = [], 0
+    for pre in _PRE.finditer(html_text):  # listings: only their titles are linked
+        out.append(_INLINE_CODE.sub(inline, html_text[last:pre.start()]))
+        out.append(pre.group(0))
+        last = pre.end()
+    out.append(_INLINE_CODE.sub(inline, html_text[last:]))
+    return _EXAMPLE_TITLE.sub(titled, "".join(out))
+
+
 def on_page_content(html_text: str, page, config, files) -> str:
+    html_text = link_sources(html_text, page.url, page.file.src_uri)
     if not page.file.src_uri.endswith(".md"):
-        return html_text  # notebooks carry their own layout
-    named = set(_EXAMPLE_CODE.findall(html_text)) | {m[1] for m in _EXAMPLE_TITLE.findall(html_text)}
-    missing = sorted(n for n in named if not (REPO / n).is_file())
-    if missing:
-        raise SystemExit(f"{page.file.src_uri}: names {missing[0]}, which is not a file of the repository")
-
-    def link(path: str, shown: str) -> str:
-        href = html.escape(_example_href(path, page.url))
-        return f'<a class="lab-source" href="{href}" title="the whole file, as the book runs it">{shown}</a>'
-
-    html_text = _EXAMPLE_CODE.sub(lambda m: link(m.group(1), m.group(0)), html_text)
-    html_text = _EXAMPLE_TITLE.sub(lambda m: m.group(1) + link(m.group(2), m.group(2)) + m.group(3), html_text)
+        return html_text  # a notebook carries its own layout: its links, no reading time
     line = f'<p class="lab-reading-time">{reading_line(html_text)}</p>'
     html_text = _LISTING.sub(_folded, html_text)
     html_text = _FIRST_NOISY.sub(lambda m: f'{m.group(1)}<span class="lab-noisy-words">{html.escape(NOISY_WORDS)}</span>',
@@ -137,11 +284,9 @@ def _folded(listing: re.Match[str]) -> str:
 
 
 def on_post_build(config) -> None:
-    """Every example module into ``<site>/examples/``, as the pages' links expect."""
+    """Every source file of the examples into ``<site>/examples/``, as the pages' links expect."""
     target = Path(config["site_dir"]) / "examples"
-    for source in EXAMPLES.rglob("*.py"):
-        if "__pycache__" in source.parts:
-            continue
+    for source in example_files():
         destination = target / source.relative_to(EXAMPLES)
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, destination)
