@@ -79,3 +79,47 @@ def test_a_short_table_stays_whole_with_headers_in_words(book):
     (grid,) = grids(tab)
     assert grid[0] == "| rung | time per token (ms) | fraction of the speed of light | speed-up over eager (×) |"
     assert "lab-rows" not in tab and "Every row: precision bf16" in tab
+
+
+# -- the built book ------------------------------------------------------------------------------
+
+def built_pages(site):
+    """Every page of the built book but the redirects: (its path, its HTML)."""
+    for page in sorted(site.rglob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        if 'class="md-content"' in text:
+            yield page.relative_to(site), text
+
+
+def plain(fragment: str) -> str:
+    import html
+
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+def test_every_provenance_is_one_closed_line_naming_the_machine_and_its_runs(built_site):
+    """Above each table and plot: a ``details`` that starts closed, its summary the machine, the
+    run count, the days and a link to each run's record; the software, commits and timers inside."""
+    from lab_site.provenance import MONTHS
+
+    count = 0
+    for page, text in built_pages(built_site):
+        assert '<p class="lab-provenance"' not in text, page  # the old always-open paragraph
+        for m in re.finditer(r'<details class="lab-provenance"( open)?[^>]*>\s*<summary>(.*?)</summary>(.*?)</details>',
+                             text, flags=re.S):
+            count += 1
+            opened, summary, body = m.groups()
+            assert opened is None, page  # closed by default: a reader opens it
+            words = plain(summary)
+            runs = re.search(r"(?:^|· )(?:\d+ × )?((?:NVIDIA |CPU: )[^·]+?) · (\d+) runs? · ([^·]+) · JSON: ([\d ]+)$",
+                             words)
+            assert runs, (page, words)
+            machine, n, days, links = runs.groups()
+            assert any(month in days for month in MONTHS) and re.search(r"\b20\d\d$", days), (page, days)
+            assert links.split() == [str(i) for i in range(1, int(n) + 1)], (page, words)
+            assert summary.count('<a href="') == int(n) and ".json" in summary, page  # each run's record
+            inside = plain(body)
+            assert f"{n} run" in inside and "torch " in inside and "commit" in inside, (page, inside)
+            if machine.startswith("NVIDIA"):
+                assert " SMs" in inside and "driver " in inside and "CUDA " in inside, (page, inside)
+    assert count > 250, count  # every table and plot of the book has one

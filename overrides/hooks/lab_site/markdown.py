@@ -421,7 +421,7 @@ def timeline_caption(group: Group, link: Callable[[Entry], str]) -> str:
     latest = group.runs[-1]
     when = run_date(latest.record.run.date)
     return (f"Timeline of the latest run, {cell(latest.run_id)} of {when} "
-            f'([JSON]({link(latest)} "run {latest.run_id}, {when}"))\n{{ .lab-provenance }}')
+            f'([JSON]({link(latest)} "run {latest.run_id}, {when}"))\n{{ .lab-caption }}')
 
 
 def timeline(request: TimelineRequest, groups: Sequence[Group], link: Callable[[Entry], str],
