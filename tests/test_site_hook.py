@@ -430,6 +430,21 @@ def test_table_tabs_carry_the_provenance_of_every_run(fixture_store):
     assert "timer `cuda_event` (60 repetitions)" in h100  # a legacy record has no per-metric warm-up
 
 
+def test_a_table_that_shows_a_noisy_flag_says_what_it_means_in_its_caption(fixture_store):
+    """⚠ is explained in words under every table that shows one, not only beside a page's first."""
+    def caption(text: str) -> str:
+        return next(line for line in tab(text, "NVIDIA H200").splitlines() if line.strip() == "{ .lab-caption }"
+                    or line.strip().startswith(("Each figure", "Every row")))
+
+    noisy = markdown.table(req("<!-- lab:table fixture.launch metrics=time layers=8 -->"),
+                           fixture_store.topic(TOPIC, H200), link)
+    assert "⚠</span> 412" in noisy and markdown.NOISY_LEGEND in caption(noisy)
+    assert "runs differ by more than 15 %; the range beneath its median shows by how much." in markdown.NOISY_LEGEND
+    calm = markdown.table(req("<!-- lab:table fixture.launch metrics=time layers=32 -->"),
+                          fixture_store.topic(TOPIC, H200), link)
+    assert 'class="lab-noisy"' not in calm and "lab-noisy-legend" not in calm and "Each figure" in caption(calm)
+
+
 def test_the_provenance_is_one_closed_line_whose_body_holds_the_rest(fixture_store):
     """A closed ``details``: the summary says machine, runs, days and links every record; opened,
     the software, commits, clocks and timers, each only once (the links stay in the summary)."""

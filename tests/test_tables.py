@@ -123,3 +123,37 @@ def test_every_provenance_is_one_closed_line_naming_the_machine_and_its_runs(bui
             if machine.startswith("NVIDIA"):
                 assert " SMs" in inside and "driver " in inside and "CUDA " in inside, (page, inside)
     assert count > 250, count  # every table and plot of the book has one
+
+
+def captioned_tables(text: str):
+    """Each ``<table>`` of a page with the caption it stands under: the last ``p.lab-caption`` before
+    it with no provenance line between them (the caption of its tab), or ``None``."""
+    marks = [(m.start(), "caption", m.group(0)) for m in re.finditer(r'<p class="lab-caption">.*?</p>', text, re.S)]
+    marks += [(m.start(), "provenance", "") for m in re.finditer(r'<details class="lab-provenance"', text)]
+    marks += [(m.start(), "table", m.group(0)) for m in re.finditer(r"<table>.*?</table>", text, re.S)]
+    caption = None
+    for _, kind, html_text in sorted(marks):
+        if kind == "table":
+            yield caption, html_text
+        else:
+            caption = html_text if kind == "caption" else None
+
+
+def test_every_table_that_shows_a_noisy_flag_says_what_it_means_in_its_caption(built_site):
+    """⚠ (runs differ by more than 15 %) is said in words above each table that shows one, in every
+    tab, and only there: a table with no ⚠ has no legend."""
+    flagged = legends = 0
+    for page, text in built_pages(built_site):
+        tables = list(captioned_tables(text))
+        for caption, table in tables:
+            if 'class="lab-noisy"' in table:
+                flagged += 1
+                assert caption and 'class="lab-noisy-legend"' in caption, (page, caption)
+                assert "runs differ by more than 15 %; the range beneath its median shows by how much" \
+                    in plain(caption), page
+        for m in re.finditer(r'<p class="lab-caption">.*?</p>', text, re.S):
+            if "lab-noisy-legend" in m.group(0):
+                legends += 1
+                under = [t for c, t in tables if c == m.group(0)]
+                assert any('class="lab-noisy"' in t for t in under), (page, plain(m.group(0)))
+    assert flagged > 50 and legends > 20, (flagged, legends)

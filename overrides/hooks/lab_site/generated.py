@@ -380,9 +380,13 @@ def figures_markdown(group: Group) -> str:
              and len({(isinstance(c[k], bool), c[k]) for c, _, _ in figures}) == 1]
     keys = [k for k in keys if k not in fixed]
     heads = [render.cell(labels.key(group.topic, k)) for k in keys]
-    lead = (["Every figure: " + ", ".join(f"{render.cell(labels.key(group.topic, k))} "
+    # Above the table, its caption: the case every figure shares, and what ⚠ means where one shows.
+    said = (["Every figure: " + ", ".join(f"{render.cell(labels.key(group.topic, k))} "
                                           f"{render.cell(labels.case(k, figures[0][0][k]))}" for k in fixed)
-             + ".", ""] if fixed else [])
+             + "."] if fixed else [])
+    if any(f.across.noisy for _, _, f in figures):
+        said.append(render.NOISY_LEGEND)
+    lead = [" ".join(said), "{ .lab-caption }", ""] if said else []
     # The run-to-run range sits beneath the median, as in the chapters' tables: one column fewer,
     # so that a topic of many case keys still fits the text column.
     lines = ["| " + " | ".join([*heads, "metric", "median, run to run", "runs", f"> {NOISY * 100:g} %"]) + " |",

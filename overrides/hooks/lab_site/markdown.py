@@ -38,6 +38,10 @@ NOT_MEASURED_TITLE = prov.NOT_MEASURED_TITLE
 INDENT = prov.INDENT
 #: The title of a noisy figure's flag.
 NOISY_TITLE = f"runs differ by more than {NOISY * 100:g} %"
+#: What a ⚠ means, in the caption of every table that shows one (the range sits beneath the
+#: median in a table cell: tables.css sets ``.lab-runs`` on a line of its own).
+NOISY_LEGEND = (f'<span class="lab-noisy-legend"><span class="lab-noisy-sign">⚠</span> marks a figure whose runs '
+                f"differ by more than {NOISY * 100:g} %; the range beneath its median shows by how much.</span>")
 
 
 def tabs(items: Sequence[tuple[str, str]]) -> str:
@@ -136,7 +140,8 @@ def _json(value) -> tuple:
 
 
 def _caption(group: Group, fixed: list[tuple[str, object]], shown: list[Figure]) -> str:
-    """The line above a table: the case every row shares, and what a cell holds."""
+    """The line above a table: the case every row shares, what a cell holds, and what ⚠ means
+    where a figure of the table has one (:data:`NOISY_LEGEND`)."""
     parts = []
     if fixed:
         parts.append("Every row: " + ", ".join(f"{cell(labels.key(group.topic, k))} "
@@ -145,6 +150,8 @@ def _caption(group: Group, fixed: list[tuple[str, object]], shown: list[Figure])
         parts.append(f"Each figure: the median of {len(group.runs)} runs, the lowest and highest run beneath it.")
     elif any(_iqr(f) is not None for f in shown):
         parts.append("One run: beneath a timed figure, the interquartile range of its repetitions.")
+    if any(f.across.noisy for f in shown):
+        parts.append(NOISY_LEGEND)
     return " ".join(parts) + "\n{ .lab-caption }" if parts else ""
 
 
