@@ -56,7 +56,37 @@ def test_a_long_table_is_folded_by_its_main_key_with_every_row_kept(book):
     assert folds[0][0] == "???+" and "???" in {f for f, _ in folds}, folds  # the first part open, others closed
     assert any(title.startswith("device cuda") for _, title in folds)  # the main key's value heads its part
     for part in parts:
-        assert "| device |" not in part[0] and "speed-up over dense TF32 (×)" in part[0]
+        assert "| device |" not in part[0] and "time (ms)" in part[0]
+    # A part none of whose rows has a figure for a column leaves that column out.
+    assert any("speed-up over dense TF32 (×)" in part[0] for part in parts)
+    assert any("speed-up over dense TF32 (×)" not in part[0] for part in parts)
+
+
+def cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def test_a_column_that_carries_nothing_is_left_out():
+    lines = markdown.grid_lines(["size n", "op", "rate", "bandwidth"], [":--", ":--", "--:", "--:"],
+                                [["", "copy", "—", "1.2"], ["", "add", "—", "3.4"]])
+    assert lines == ["| op | bandwidth |", "|:--|--:|", "| copy | 1.2 |", "| add | 3.4 |"]
+    # One cell that carries something keeps its column; a table of nothing keeps every column.
+    assert markdown.grid_lines(["a", "b"], [":--", "--:"], [["", "—"], ["x", "—"]])[0] == "| a |"
+    assert markdown.grid_lines(["a", "b"], [":--", "--:"], [["", "—"]])[0] == "| a | b |"
+
+
+def test_chapter_1_s_roofline_tables_have_no_empty_column(book):
+    """The roofline's parts: elementwise ops have no size n, a part's ops may lack a figure."""
+    request = req("<!-- lab:table stack.roofline metrics=rate,bandwidth,of_roof -->")
+    for group in book.topic("stack.roofline", "nvidia-h200"):
+        text, _ = markdown.table_markdown(request, group)
+        parts = grids(text)
+        assert parts
+        for part in parts:
+            head, rows = cells(part[0]), [cells(r) for r in part[2:]]
+            assert all(len(r) == len(head) for r in rows) and len(cells(part[1])) == len(head), part
+            for i, name in enumerate(head):
+                assert any(r[i] not in markdown.EMPTY_CELLS for r in rows), (group.label, name, part)
 
 
 def test_constant_columns_go_to_the_caption_and_sizes_read_in_binary_units(book):
@@ -157,3 +187,16 @@ def test_every_table_that_shows_a_noisy_flag_says_what_it_means_in_its_caption(b
                 under = [t for c, t in tables if c == m.group(0)]
                 assert any('class="lab-noisy"' in t for t in under), (page, plain(m.group(0)))
     assert flagged > 50 and legends > 20, (flagged, legends)
+
+
+def test_no_built_table_has_a_column_that_carries_nothing(built_site):
+    """No column of any table of the book is empty or "—" on every row (Chapter 1's roofline had 11)."""
+    for page, text in built_pages(built_site):
+        for table in re.findall(r"<table>.*?</table>", text, flags=re.S):
+            head = [plain(h).strip() for h in re.findall(r"<th[^>]*>(.*?)</th>", table, flags=re.S)]
+            rows = [[plain(c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, flags=re.S)]
+                    for r in re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)]
+            rows = [r for r in rows if r]
+            for i, name in enumerate(head):
+                assert not rows or any(i < len(r) and r[i] not in markdown.EMPTY_CELLS for r in rows), \
+                    (page, name, head)

@@ -110,7 +110,7 @@ def table_markdown(request: TableRequest, group: Group, partial: bool = False) -
 
     shown: list[Figure] = []
 
-    def line(row: GroupRow, columns: list[str]) -> str:
+    def line(row: GroupRow, columns: list[str]) -> list[str]:
         cells = [cell(labels.case(k, row.case.get(k, ""))) for k in columns]
         for name in names:
             figure = row.metrics.get(name)
@@ -118,13 +118,11 @@ def table_markdown(request: TableRequest, group: Group, partial: bool = False) -
                          else missing.get(name, "—"))
             if figure:
                 shown.append(figure)
-        return "| " + " | ".join(cells) + " |"
+        return cells
 
     def grid(part: list[GroupRow], columns: list[str]) -> list[str]:
         heads = [cell(labels.key(group.topic, k)) for k in columns] + header[len(keys):]
-        return ["| " + " | ".join(heads) + " |",
-                "|" + "|".join([":--"] * len(columns) + ["--:"] * len(names)) + "|",
-                *(line(row, columns) for row in part)]
+        return grid_lines(heads, [":--"] * len(columns) + ["--:"] * len(names), [line(row, columns) for row in part])
 
     body = _fold(group, rows, keys, grid)
     lines = [_caption(group, [(k, rows[0].case[k]) for k in fixed], shown), "", *body]
@@ -132,6 +130,21 @@ def table_markdown(request: TableRequest, group: Group, partial: bool = False) -
         lines += ["", f"{', '.join(cell(words[n]) for n in absent)}: {NOT_MEASURED} (these runs predate "
                       f"{'it' if len(absent) == 1 else 'them'})."]
     return "\n".join(lines), shown
+
+
+#: What a cell holds where it carries nothing: no value for its key, or no figure ("—").
+EMPTY_CELLS = frozenset({"", "—"})
+
+
+def grid_lines(heads: list[str], aligns: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table (header, rule, rows) of the columns that carry something: a column whose
+    every cell is empty or "—" (a key none of its rows has, a figure none of them measured) is
+    left out, since it says nothing; a table whose columns all carry nothing keeps them all."""
+    keep = [i for i in range(len(heads)) if any(r[i].strip() not in EMPTY_CELLS for r in rows)] or \
+        list(range(len(heads)))
+    return ["| " + " | ".join(heads[i] for i in keep) + " |",
+            "|" + "|".join(aligns[i] for i in keep) + "|",
+            *("| " + " | ".join(r[i] for i in keep) + " |" for r in rows)]
 
 
 def _json(value) -> tuple:
