@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "overrides" / "hooks"))
 
 from lab_site import LabError, claims, generated, labels, store  # noqa: E402
+from lab_site import markdown as render  # noqa: E402
 from lab_site.fmt import NBSP  # noqa: E402
 from tests.fixtures import make_records as mk  # noqa: E402
 from tests.hook_support import entry, grouped  # noqa: E402
@@ -123,6 +124,8 @@ def test_figures_show_their_run_to_run_range_and_flag_noisy_ones(fixtures):
     calm = next(line for line in lines if '| 32 | eager | <span title="time">time</span> |' in line)
     assert "1,610–1,650\u00a0µs</span> | 3 |" in calm and "⚠" not in calm
     assert '??? abstract "6 figures, 1 noisy"' in h200
+    # The table's caption says what its ⚠ means, in words.
+    assert f"{render.NOISY_LEGEND}\n        {{ .lab-caption }}" in h200
     # Every run, the stale one left out included, with its boot, commit and wall time.
     assert "| [`run-2`](records/nvidia-h200/fixture.launch/run-2.json) | 2026-11-21 | `22222222` | 0123456 | " \
            f"11{NBSP}s | yes |" in h200

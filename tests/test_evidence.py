@@ -81,3 +81,21 @@ def test_with_another_gpu_s_tab_chosen_a_number_in_the_prose_names_its_gpu(page)
     tab.locator(".tabbed-labels > label").filter(has_text=own).first.click()
     assert tab.locator(".lab-gpu-tag").count() == 0, "back on the number's own GPU: no tag"
     assert errors == []
+
+
+def test_a_tables_provenance_is_one_closed_line_that_a_tap_or_the_keyboard_opens(page):
+    tab, errors = page
+    details = tab.locator(".tabbed-block details.lab-provenance").first
+    summary, rest = details.locator("summary"), details.locator("p")
+    summary.scroll_into_view_if_needed()
+    assert details.get_attribute("open") is None and not rest.is_visible()
+    box = summary.bounding_box()
+    line = float(summary.evaluate("e => parseFloat(getComputedStyle(e).lineHeight)"))
+    assert box["height"] < 2.5 * line, "one line, two at most on a phone"
+    tab.touchscreen.tap(box["x"] + 4, box["y"] + box["height"] / 2)  # the chevron, not a record's link
+    assert details.get_attribute("open") is not None and rest.is_visible()
+    assert "torch " in rest.inner_text()
+    summary.focus()
+    tab.keyboard.press("Enter")
+    assert details.get_attribute("open") is None and not rest.is_visible()
+    assert errors == []

@@ -334,7 +334,7 @@ def test_a_plot_per_gpu_is_one_figure_with_each_groups_provenance(hook):
     out = expand(hook, f'<!-- lab:plot {TOPIC} kind=bars x=mode y=time series=machine layers=8 '
                        'refline="500:a line" xlabel=mode ylabel=time title="Time by mode" -->\n')
     assert "===" not in out  # no tabs: one figure for every GPU
-    lines = [line for line in out.splitlines() if line.startswith(f"`{TOPIC}` · ")]
+    lines = [line for line in out.splitlines() if line.startswith(f'??? lab-provenance "`{TOPIC}` · ')]
     assert len(lines) == 3 and "NVIDIA H200" in lines[0] and "NVIDIA H100" in lines[1]
     assert "!!! warning" in out  # the H100's runs are stale: said under its provenance
     [token] = re.findall(r"LABPLOT[0-9a-f]{8}", out)

@@ -416,7 +416,9 @@ def test_table_tabs_carry_the_provenance_of_every_run(fixture_store):
                  "3 runs 2026-11-20 to 2026-11-22, commit 0123456 (1 stale run of older code left out)",
                  f"SM 1,410–1,755{NBSP}MHz, 690 W of 700 W under load",
                  "timer `cuda_event` (60 repetitions after 25 warm-up)",
-                 f'runs (JSON): [1](../records/{H200}/{TOPIC}/run-1.json "run run-1, 2026-11-20") '
+                 # The summary a reader sees before opening it: machine, runs, days, the records.
+                 f'    ??? lab-provenance "NVIDIA H200 · 3 runs · 20–22 Nov 2026 · '
+                 f'JSON: [1](../records/{H200}/{TOPIC}/run-1.json "run run-1, 2026-11-20") '
                  f'[2](../records/{H200}/{TOPIC}/run-2.json "run run-2, 2026-11-21") [3](',
                  "    | layers | mode | time (µs) | speed-up (×) |", "    |:--|:--|--:|--:|", "| 3.10 <span"):
         assert part in h200, part
@@ -426,6 +428,42 @@ def test_table_tabs_carry_the_provenance_of_every_run(fixture_store):
     assert f'!!! warning "{markdown.STALE_TITLE}"' in h100 and "python -m examples.lab run fixture.launch" in h100
     assert "1 run 2026-11-18" in h100 and f"[1](../records/{H100}/{TOPIC}.json" in h100
     assert "timer `cuda_event` (60 repetitions)" in h100  # a legacy record has no per-metric warm-up
+
+
+def test_a_table_that_shows_a_noisy_flag_says_what_it_means_in_its_caption(fixture_store):
+    """⚠ is explained in words under every table that shows one, not only beside a page's first."""
+    def caption(text: str) -> str:
+        return next(line for line in tab(text, "NVIDIA H200").splitlines() if line.strip() == "{ .lab-caption }"
+                    or line.strip().startswith(("Each figure", "Every row")))
+
+    noisy = markdown.table(req("<!-- lab:table fixture.launch metrics=time layers=8 -->"),
+                           fixture_store.topic(TOPIC, H200), link)
+    assert "⚠</span> 412" in noisy and markdown.NOISY_LEGEND in caption(noisy)
+    assert "runs differ by more than 15 %; the range beneath its median shows by how much." in markdown.NOISY_LEGEND
+    calm = markdown.table(req("<!-- lab:table fixture.launch metrics=time layers=32 -->"),
+                          fixture_store.topic(TOPIC, H200), link)
+    assert 'class="lab-noisy"' not in calm and "lab-noisy-legend" not in calm and "Each figure" in caption(calm)
+
+
+def test_the_provenance_is_one_closed_line_whose_body_holds_the_rest(fixture_store):
+    """A closed ``details``: the summary says machine, runs, days and links every record; opened,
+    the software, commits, clocks and timers, each only once (the links stay in the summary)."""
+    [h200] = [g for g in fixture_store.topic(TOPIC, H200) if g.label == "NVIDIA H200"]
+    folded = provenance.line(h200, link, figures.metric(h200, figures.rows(h200)[0], "time").metrics)
+    head, body = folded.split("\n\n", 1)
+    assert head.startswith('??? lab-provenance "') and not head.startswith("???+")  # closed
+    assert head.endswith('")"') and "\n" not in head
+    summary = head[len('??? lab-provenance "'):-1]
+    assert summary.startswith("NVIDIA H200 · 3 runs · 20–22 Nov 2026 · JSON: [1](")
+    assert summary.count("](../records/") == 3 and "run run-3, 2026-11-22" in summary
+    assert body.startswith(provenance.INDENT) and "\n" not in body.strip()
+    full = provenance.text(h200, link, figures.metric(h200, figures.rows(h200)[0], "time").metrics)
+    assert full == body.strip() + " · " + provenance.run_links(h200.runs, link)  # nothing dropped
+    # A lead (a plot of every GPU names the topic) goes before the summary.
+    assert provenance.line(h200, link, lead="`t.x` · ").startswith('??? lab-provenance "`t.x` · NVIDIA H200 · ')
+    assert provenance.days(["2026-11-27T01:00:00+00:00"]) == "27 Nov 2026"
+    assert provenance.days(["2026-11-30", "2026-12-02"]) == "30 Nov – 2 Dec 2026"
+    assert provenance.days(["2026-12-30", "2027-01-02", "2026-12-31"]) == "30 Dec 2026 – 2 Jan 2027"
 
 
 def test_cells_show_the_run_to_run_range_and_flag_noisy_figures(fixture_store):

@@ -56,7 +56,37 @@ def test_a_long_table_is_folded_by_its_main_key_with_every_row_kept(book):
     assert folds[0][0] == "???+" and "???" in {f for f, _ in folds}, folds  # the first part open, others closed
     assert any(title.startswith("device cuda") for _, title in folds)  # the main key's value heads its part
     for part in parts:
-        assert "| device |" not in part[0] and "speed-up over dense TF32 (×)" in part[0]
+        assert "| device |" not in part[0] and "time (ms)" in part[0]
+    # A part none of whose rows has a figure for a column leaves that column out.
+    assert any("speed-up over dense TF32 (×)" in part[0] for part in parts)
+    assert any("speed-up over dense TF32 (×)" not in part[0] for part in parts)
+
+
+def cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def test_a_column_that_carries_nothing_is_left_out():
+    lines = markdown.grid_lines(["size n", "op", "rate", "bandwidth"], [":--", ":--", "--:", "--:"],
+                                [["", "copy", "—", "1.2"], ["", "add", "—", "3.4"]])
+    assert lines == ["| op | bandwidth |", "|:--|--:|", "| copy | 1.2 |", "| add | 3.4 |"]
+    # One cell that carries something keeps its column; a table of nothing keeps every column.
+    assert markdown.grid_lines(["a", "b"], [":--", "--:"], [["", "—"], ["x", "—"]])[0] == "| a |"
+    assert markdown.grid_lines(["a", "b"], [":--", "--:"], [["", "—"]])[0] == "| a | b |"
+
+
+def test_chapter_1_s_roofline_tables_have_no_empty_column(book):
+    """The roofline's parts: elementwise ops have no size n, a part's ops may lack a figure."""
+    request = req("<!-- lab:table stack.roofline metrics=rate,bandwidth,of_roof -->")
+    for group in book.topic("stack.roofline", "nvidia-h200"):
+        text, _ = markdown.table_markdown(request, group)
+        parts = grids(text)
+        assert parts
+        for part in parts:
+            head, rows = cells(part[0]), [cells(r) for r in part[2:]]
+            assert all(len(r) == len(head) for r in rows) and len(cells(part[1])) == len(head), part
+            for i, name in enumerate(head):
+                assert any(r[i] not in markdown.EMPTY_CELLS for r in rows), (group.label, name, part)
 
 
 def test_constant_columns_go_to_the_caption_and_sizes_read_in_binary_units(book):
@@ -79,3 +109,94 @@ def test_a_short_table_stays_whole_with_headers_in_words(book):
     (grid,) = grids(tab)
     assert grid[0] == "| rung | time per token (ms) | fraction of the speed of light | speed-up over eager (×) |"
     assert "lab-rows" not in tab and "Every row: precision bf16" in tab
+
+
+# -- the built book ------------------------------------------------------------------------------
+
+def built_pages(site):
+    """Every page of the built book but the redirects: (its path, its HTML)."""
+    for page in sorted(site.rglob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        if 'class="md-content"' in text:
+            yield page.relative_to(site), text
+
+
+def plain(fragment: str) -> str:
+    import html
+
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment))
+
+
+def test_every_provenance_is_one_closed_line_naming_the_machine_and_its_runs(built_site):
+    """Above each table and plot: a ``details`` that starts closed, its summary the machine, the
+    run count, the days and a link to each run's record; the software, commits and timers inside."""
+    from lab_site.provenance import MONTHS
+
+    count = 0
+    for page, text in built_pages(built_site):
+        assert '<p class="lab-provenance"' not in text, page  # the old always-open paragraph
+        for m in re.finditer(r'<details class="lab-provenance"( open)?[^>]*>\s*<summary>(.*?)</summary>(.*?)</details>',
+                             text, flags=re.S):
+            count += 1
+            opened, summary, body = m.groups()
+            assert opened is None, page  # closed by default: a reader opens it
+            words = plain(summary)
+            runs = re.search(r"(?:^|· )(?:\d+ × )?((?:NVIDIA |CPU: )[^·]+?) · (\d+) runs? · ([^·]+) · JSON: ([\d ]+)$",
+                             words)
+            assert runs, (page, words)
+            machine, n, days, links = runs.groups()
+            assert any(month in days for month in MONTHS) and re.search(r"\b20\d\d$", days), (page, days)
+            assert links.split() == [str(i) for i in range(1, int(n) + 1)], (page, words)
+            assert summary.count('<a href="') == int(n) and ".json" in summary, page  # each run's record
+            inside = plain(body)
+            assert f"{n} run" in inside and "torch " in inside and "commit" in inside, (page, inside)
+            if machine.startswith("NVIDIA"):
+                assert " SMs" in inside and "driver " in inside and "CUDA " in inside, (page, inside)
+    assert count > 250, count  # every table and plot of the book has one
+
+
+def captioned_tables(text: str):
+    """Each ``<table>`` of a page with the caption it stands under: the last ``p.lab-caption`` before
+    it with no provenance line between them (the caption of its tab), or ``None``."""
+    marks = [(m.start(), "caption", m.group(0)) for m in re.finditer(r'<p class="lab-caption">.*?</p>', text, re.S)]
+    marks += [(m.start(), "provenance", "") for m in re.finditer(r'<details class="lab-provenance"', text)]
+    marks += [(m.start(), "table", m.group(0)) for m in re.finditer(r"<table>.*?</table>", text, re.S)]
+    caption = None
+    for _, kind, html_text in sorted(marks):
+        if kind == "table":
+            yield caption, html_text
+        else:
+            caption = html_text if kind == "caption" else None
+
+
+def test_every_table_that_shows_a_noisy_flag_says_what_it_means_in_its_caption(built_site):
+    """⚠ (runs differ by more than 15 %) is said in words above each table that shows one, in every
+    tab, and only there: a table with no ⚠ has no legend."""
+    flagged = legends = 0
+    for page, text in built_pages(built_site):
+        tables = list(captioned_tables(text))
+        for caption, table in tables:
+            if 'class="lab-noisy"' in table:
+                flagged += 1
+                assert caption and 'class="lab-noisy-legend"' in caption, (page, caption)
+                assert "runs differ by more than 15 %; the range beneath its median shows by how much" \
+                    in plain(caption), page
+        for m in re.finditer(r'<p class="lab-caption">.*?</p>', text, re.S):
+            if "lab-noisy-legend" in m.group(0):
+                legends += 1
+                under = [t for c, t in tables if c == m.group(0)]
+                assert any('class="lab-noisy"' in t for t in under), (page, plain(m.group(0)))
+    assert flagged > 50 and legends > 20, (flagged, legends)
+
+
+def test_no_built_table_has_a_column_that_carries_nothing(built_site):
+    """No column of any table of the book is empty or "—" on every row (Chapter 1's roofline had 11)."""
+    for page, text in built_pages(built_site):
+        for table in re.findall(r"<table>.*?</table>", text, flags=re.S):
+            head = [plain(h).strip() for h in re.findall(r"<th[^>]*>(.*?)</th>", table, flags=re.S)]
+            rows = [[plain(c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, flags=re.S)]
+                    for r in re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)]
+            rows = [r for r in rows if r]
+            for i, name in enumerate(head):
+                assert not rows or any(i < len(r) and r[i] not in markdown.EMPTY_CELLS for r in rows), \
+                    (page, name, head)

@@ -183,10 +183,10 @@ def test_timeline_tabs_draw_one_svg_per_machine_with_its_run(traced):
     assert re.findall(r'^===!? "(.*)"$', text, flags=re.M) == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]  # no CPU
     assert len(svgs) == 2
     h200 = tab(text, "NVIDIA H200")
-    assert "NVIDIA H200 · 132 SMs" in h200 and "{ .lab-provenance }" in h200  # the provenance line above
+    assert "NVIDIA H200 · 132 SMs" in h200 and '??? lab-provenance "NVIDIA H200 · 3 runs' in h200  # provenance above
     assert "\n    TOKEN0\n\n" in h200  # a paragraph of its own, for on_page_content
     assert (f'Timeline of the latest run, run-3 of 2026-11-22 ([JSON](../records/{H200}/{TOPIC}/run-3.json '
-            '"run run-3, 2026-11-22"))\n    { .lab-provenance }') in h200
+            '"run run-3, 2026-11-22"))\n    { .lab-caption }') in h200
     h100 = tab(text, "NVIDIA H100 80GB HBM3")
     assert "TOKEN1" in h100 and "Timeline of the latest run, v1 of 2026-11-18" in h100 and markdown.STALE_TITLE in h100
     for svg in svgs.values():

@@ -616,7 +616,7 @@ def _machine_plot(req: shortcodes.PlotRequest, page: Page, number: int, keys: se
     link = _link(page)
     parts = []
     for group, figures in drawn:
-        parts.append(f"`{group.topic}` · " + prov.line(group, link, render.shown_metrics(figures)))
+        parts.append(prov.line(group, link, render.shown_metrics(figures), lead=f"`{group.topic}` · "))
         if group.stale:
             parts.append(prov.stale_note(group))
     return "\n\n".join([*parts, token])

@@ -380,14 +380,18 @@ def figures_markdown(group: Group) -> str:
              and len({(isinstance(c[k], bool), c[k]) for c, _, _ in figures}) == 1]
     keys = [k for k in keys if k not in fixed]
     heads = [render.cell(labels.key(group.topic, k)) for k in keys]
-    lead = (["Every figure: " + ", ".join(f"{render.cell(labels.key(group.topic, k))} "
+    # Above the table, its caption: the case every figure shares, and what ⚠ means where one shows.
+    said = (["Every figure: " + ", ".join(f"{render.cell(labels.key(group.topic, k))} "
                                           f"{render.cell(labels.case(k, figures[0][0][k]))}" for k in fixed)
-             + ".", ""] if fixed else [])
+             + "."] if fixed else [])
+    if any(f.across.noisy for _, _, f in figures):
+        said.append(render.NOISY_LEGEND)
+    lead = [" ".join(said), "{ .lab-caption }", ""] if said else []
     # The run-to-run range sits beneath the median, as in the chapters' tables: one column fewer,
     # so that a topic of many case keys still fits the text column.
-    lines = ["| " + " | ".join([*heads, "metric", "median, run to run", "runs", f"> {NOISY * 100:g} %"]) + " |",
-             "|" + "|".join([":--"] * (len(keys) + 1) + ["--:"] * 2 + [":-:"]) + "|"]
-    lines = lead + lines
+    heads = [*heads, "metric", "median, run to run", "runs", f"> {NOISY * 100:g} %"]
+    aligns = [":--"] * (len(keys) + 1) + ["--:"] * 2 + [":-:"]
+    rows: list[list[str]] = []
     for case, name, f in figures:
         a = f.across
         spread = (f' <span class="lab-runs" title="run-to-run range: the lowest and highest median of '
@@ -399,8 +403,9 @@ def figures_markdown(group: Group) -> str:
         words = html.escape(labels.metric_or_name(group.topic, name), quote=False)
         cells += [f'<span title="{html.escape(name)}">{words}</span>', render.median_html(f) + spread,
                   str(a.count), flag]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    # A column that carries nothing (no figure noisy, a key none has) is left out, as in the chapters.
+    return "\n".join(lead + render.grid_lines(heads, aligns, rows))
 
 
 def runs_markdown(group: Group, link: Callable[[Entry], str]) -> str:

@@ -38,6 +38,10 @@ NOT_MEASURED_TITLE = prov.NOT_MEASURED_TITLE
 INDENT = prov.INDENT
 #: The title of a noisy figure's flag.
 NOISY_TITLE = f"runs differ by more than {NOISY * 100:g} %"
+#: What a ⚠ means, in the caption of every table that shows one (the range sits beneath the
+#: median in a table cell: tables.css sets ``.lab-runs`` on a line of its own).
+NOISY_LEGEND = (f'<span class="lab-noisy-legend"><span class="lab-noisy-sign">⚠</span> marks a figure whose runs '
+                f"differ by more than {NOISY * 100:g} %; the range beneath its median shows by how much.</span>")
 
 
 def tabs(items: Sequence[tuple[str, str]]) -> str:
@@ -106,7 +110,7 @@ def table_markdown(request: TableRequest, group: Group, partial: bool = False) -
 
     shown: list[Figure] = []
 
-    def line(row: GroupRow, columns: list[str]) -> str:
+    def line(row: GroupRow, columns: list[str]) -> list[str]:
         cells = [cell(labels.case(k, row.case.get(k, ""))) for k in columns]
         for name in names:
             figure = row.metrics.get(name)
@@ -114,13 +118,11 @@ def table_markdown(request: TableRequest, group: Group, partial: bool = False) -
                          else missing.get(name, "—"))
             if figure:
                 shown.append(figure)
-        return "| " + " | ".join(cells) + " |"
+        return cells
 
     def grid(part: list[GroupRow], columns: list[str]) -> list[str]:
         heads = [cell(labels.key(group.topic, k)) for k in columns] + header[len(keys):]
-        return ["| " + " | ".join(heads) + " |",
-                "|" + "|".join([":--"] * len(columns) + ["--:"] * len(names)) + "|",
-                *(line(row, columns) for row in part)]
+        return grid_lines(heads, [":--"] * len(columns) + ["--:"] * len(names), [line(row, columns) for row in part])
 
     body = _fold(group, rows, keys, grid)
     lines = [_caption(group, [(k, rows[0].case[k]) for k in fixed], shown), "", *body]
@@ -130,13 +132,29 @@ def table_markdown(request: TableRequest, group: Group, partial: bool = False) -
     return "\n".join(lines), shown
 
 
+#: What a cell holds where it carries nothing: no value for its key, or no figure ("—").
+EMPTY_CELLS = frozenset({"", "—"})
+
+
+def grid_lines(heads: list[str], aligns: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table (header, rule, rows) of the columns that carry something: a column whose
+    every cell is empty or "—" (a key none of its rows has, a figure none of them measured) is
+    left out, since it says nothing; a table whose columns all carry nothing keeps them all."""
+    keep = [i for i in range(len(heads)) if any(r[i].strip() not in EMPTY_CELLS for r in rows)] or \
+        list(range(len(heads)))
+    return ["| " + " | ".join(heads[i] for i in keep) + " |",
+            "|" + "|".join(aligns[i] for i in keep) + "|",
+            *("| " + " | ".join(r[i] for i in keep) + " |" for r in rows)]
+
+
 def _json(value) -> tuple:
     """A case value compared as JSON compares it: ``True`` is not ``1``."""
     return (isinstance(value, bool), value)
 
 
 def _caption(group: Group, fixed: list[tuple[str, object]], shown: list[Figure]) -> str:
-    """The line above a table: the case every row shares, and what a cell holds."""
+    """The line above a table: the case every row shares, what a cell holds, and what ⚠ means
+    where a figure of the table has one (:data:`NOISY_LEGEND`)."""
     parts = []
     if fixed:
         parts.append("Every row: " + ", ".join(f"{cell(labels.key(group.topic, k))} "
@@ -145,6 +163,8 @@ def _caption(group: Group, fixed: list[tuple[str, object]], shown: list[Figure])
         parts.append(f"Each figure: the median of {len(group.runs)} runs, the lowest and highest run beneath it.")
     elif any(_iqr(f) is not None for f in shown):
         parts.append("One run: beneath a timed figure, the interquartile range of its repetitions.")
+    if any(f.across.noisy for f in shown):
+        parts.append(NOISY_LEGEND)
     return " ".join(parts) + "\n{ .lab-caption }" if parts else ""
 
 
@@ -421,7 +441,7 @@ def timeline_caption(group: Group, link: Callable[[Entry], str]) -> str:
     latest = group.runs[-1]
     when = run_date(latest.record.run.date)
     return (f"Timeline of the latest run, {cell(latest.run_id)} of {when} "
-            f'([JSON]({link(latest)} "run {latest.run_id}, {when}"))\n{{ .lab-provenance }}')
+            f'([JSON]({link(latest)} "run {latest.run_id}, {when}"))\n{{ .lab-caption }}')
 
 
 def timeline(request: TimelineRequest, groups: Sequence[Group], link: Callable[[Entry], str],

@@ -1,10 +1,12 @@
-"""Where a tab's numbers come from: one line above a table or plot, and the stale warning.
+"""Where a tab's numbers come from: one quiet line above a table or plot that opens, and the stale warning.
 
-The line names the machine and software of the runs, how many runs there were, when
-and at which commits, the clocks and power the GPU ran at under load (where the
-records sampled them; the power with the reading it is, :mod:`lab_site.power`), the
-timers that produced the figures *shown* (each metric says its own: a page may mix
-CUDA events with a profiler's clock), and links to every run's record.
+The line (a closed ``details``: a reader opens it by tap, click or keyboard) says the
+machine, how many runs, on which days, and links to every run's record; opened, it names
+the machine and software of the runs, how many runs there were, when and at which
+commits, the clocks and power the GPU ran at under load (where the records sampled them;
+the power with the reading it is, :mod:`lab_site.power`), and the timers that produced
+the figures *shown* (each metric says its own: a page may mix CUDA events with a
+profiler's clock).
 """
 from __future__ import annotations
 
@@ -15,6 +17,9 @@ from examples.lab.records import Metric
 
 from lab_site import power as power_mod
 from lab_site.fmt import NBSP, date_span, int_span, plural, run_date, short_commit
+
+#: The short names of the months, for the days of a provenance line's summary.
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 from lab_site.store import Entry, Group
 
 STALE_TITLE = "Measured on an earlier version of this code"
@@ -87,8 +92,40 @@ def run_links(runs: Iterable[Entry], link: Callable[[Entry], str]) -> str:
     return "runs (JSON): " + " ".join(items)
 
 
-def line(group: Group, link: Callable[[Entry], str], metrics: Iterable[Metric] = ()) -> str:
-    """The provenance of a tab: machine, software, runs, load, the timers of ``metrics``, links."""
+def days(isos: Iterable[str]) -> str:
+    """The days of some ISO timestamps, short: ``'27 Nov 2026'``, ``'25–27 Nov 2026'``,
+    ``'30 Nov – 2 Dec 2026'``, ``'30 Dec 2026 – 2 Jan 2027'``."""
+    found = sorted({run_date(d) for d in isos})
+    (y0, m0, d0), (y1, m1, d1) = (tuple(map(int, found[i].split("-"))) for i in (0, -1))
+    first, last = f"{d0} {MONTHS[m0 - 1]}", f"{d1} {MONTHS[m1 - 1]} {y1}"
+    if (y0, m0, d0) == (y1, m1, d1):
+        return last
+    if (y0, m0) == (y1, m1):
+        return f"{d0}–{last}"
+    return f"{first} – {last}" if y0 == y1 else f"{first} {y0} – {last}"
+
+
+def summary(group: Group, link: Callable[[Entry], str]) -> str:
+    """The line a reader sees before opening the provenance: ``'NVIDIA H200 · 3 runs · 20–22 Nov 2026 ·
+    JSON: 1 2 3'``, each number a link to that run's record."""
+    runs = group.runs
+    items = [f'[{i}]({link(e)} "run {e.run_id}, {run_date(e.record.run.date)}")' for i, e in enumerate(runs, 1)]
+    name = group.label.replace('"', "'")
+    return f"{name} · {plural(len(runs), 'run')} · {days([e.record.run.date for e in runs])} · JSON: {' '.join(items)}"
+
+
+def line(group: Group, link: Callable[[Entry], str], metrics: Iterable[Metric] = (), lead: str = "") -> str:
+    """The provenance of a tab, folded: a closed ``details`` whose summary (after ``lead``) is
+    :func:`summary` and whose body is the whole of :func:`text` (machine, software, runs, load,
+    the timers of ``metrics``, links)."""
+    body = text(group, link, metrics, links=False)  # the summary has them
+    title = (lead + summary(group, link)).replace("\n", " ")
+    return f'??? lab-provenance "{title}"\n\n{INDENT}{body}'
+
+
+def text(group: Group, link: Callable[[Entry], str], metrics: Iterable[Metric] = (), links: bool = True) -> str:
+    """The provenance of a tab in full: machine, software, runs, load, the timers of ``metrics``, links
+    to the runs' records (unless ``links`` is false: the folded line's summary holds them)."""
     machines = [e.record.machine for e in group.runs]
     m = group.record.machine
     joined = lambda values: " / ".join(_distinct(values)) or "unknown"  # noqa: E731
@@ -111,8 +148,9 @@ def line(group: Group, link: Callable[[Entry], str], metrics: Iterable[Metric] =
         parts.append(timers)
     if any(e.record.run.quick for e in group.runs):
         parts.append("quick run (CI sizes)")
-    parts.append(run_links(group.runs, link))
-    return " · ".join(parts) + "\n{ .lab-provenance }"
+    if links:
+        parts.append(run_links(group.runs, link))
+    return " · ".join(parts)
 
 
 def stale_reason(group: Group) -> str:
