@@ -102,14 +102,6 @@ def test_an_in_depth_section_is_set_apart():
     assert '<h3 id="in-depth-x" class="lab-depth">In depth: x</h3>' in out and '<h3 id="y">Y</h3>' in out
 
 
-def test_the_first_warning_mark_of_a_page_says_what_it_means_in_words():
-    mark = '<span class="lab-noisy" title="runs differ">⚠</span>'
-    out = reading.on_page_content(f"<h1>T</h1><p>{mark} 1 ms and {mark} 2 ms</p>", _page("stack.md", "stack/"),
-                                  None, None)
-    assert out.count("lab-noisy-words") == 1 and out.index("lab-noisy-words") < out.index("1 ms")
-    assert f"differ by more than {reading.NOISY * 100:g} % of their median" in out
-
-
 def test_every_page_s_title_is_its_name_in_the_navigation(built_site):
     """A reader who picks "9. Capstone: ..." in the sidebar lands on a page of that title."""
     from mkdocs.config import load_config
@@ -196,7 +188,7 @@ def test_each_chapter_s_reading_time_leaves_out_its_evidence(built_site, monkeyp
     chapters = 0
     for page, text in _chapters(built_site):
         article = text[text.index("<h1"):text.index("</article>")]  # the page's content: from its title
-        article = re.sub(r'<p class="lab-reading-time">.*?</p>|<span class="lab-noisy-words">.*?</span>', "", article)
+        article = re.sub(r'<p class="lab-reading-time">.*?</p>', "", article)
         shown = int(shown_pattern.search(text).group(1))
         assert shown == int(re.search(r"About (\d+)", reading.reading_line(article)).group(1)), page
         with monkeypatch.context() as m:

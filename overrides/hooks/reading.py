@@ -37,7 +37,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lab_site.provenance import STALE_TITLE  # noqa: E402  (the hooks' package; mkdocs loads hooks by path)
-from lab_site.runs import NOISY  # noqa: E402
 
 #: Silent reading of non-fiction by adults: 238 words a minute (Brysbaert, "How many words
 #: do we read per minute? A review and meta-analysis of reading rate", Journal of Memory
@@ -63,10 +62,6 @@ _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "me
 FOLD_LINES = 30
 _LISTING = re.compile(r'<div class="language-[\w-]+ highlight">(?:<span class="filename">(.*?)</span>)?<pre>.*?</pre></div>',
                       re.S)
-_FIRST_NOISY = re.compile(r'(<span class="lab-noisy"[^>]*>⚠</span>)')
-#: What a ⚠ means, in words, beside the first one on a page.
-NOISY_WORDS = (f"(⚠: this figure's independent runs differ by more than {NOISY * 100:g} % of their "
-               f"median; the range shown is theirs)")
 _DEPTH_HEADING = re.compile(r'<(h[23]) id="([^"]*)">In depth: ')
 _FIRST_H1 = re.compile(r"(<h1\b[^>]*>.*?</h1>)", re.S)
 #: A file name of an example: in running text, and as the title of a listing taken from it.
@@ -267,8 +262,6 @@ def on_page_content(html_text: str, page, config, files) -> str:
         return html_text  # a notebook carries its own layout: its links, no reading time
     line = f'<p class="lab-reading-time">{reading_line(html_text)}</p>'
     html_text = _LISTING.sub(_folded, html_text)
-    html_text = _FIRST_NOISY.sub(lambda m: f'{m.group(1)}<span class="lab-noisy-words">{html.escape(NOISY_WORDS)}</span>',
-                                 html_text, count=1)
     html_text = _DEPTH_HEADING.sub(r'<\1 id="\2" class="lab-depth">In depth: ', html_text)
     return _FIRST_H1.sub(lambda m: m.group(1) + line, html_text, count=1)
 
