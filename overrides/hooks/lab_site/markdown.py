@@ -27,6 +27,7 @@ from lab_site.claims import UNVERIFIED, ClaimResult, Verdict
 from lab_site.figures import Figure, GroupRow, SelectionError, metric, power, select, stat, stat_unit, with_metric
 from lab_site.fmt import (bare_range, case_value, date_span, format_bare, format_quantity, format_range, plural,
                           run_date, unit_text)
+from lab_site.fmt import sizes_in_text
 from lab_site.runs import NOISY
 from lab_site.shortcodes import NotesRequest, PlotRequest, TableRequest, TimelineRequest, ValueRequest
 from lab_site.store import Entry, Group
@@ -350,7 +351,8 @@ def notes_markdown(request: NotesRequest, group: Group) -> str:
 
     One row per note; mapping notes with at most :data:`NOTE_COLUMNS` keys in all spread over
     one column per key, any other mapping is one cell with a line per key, a list is joined
-    with semicolons, anything else goes in the column "value". Code names (a key with ``_``
+    with semicolons, anything else goes in the column "value"; a count of bytes the code wrote
+    (``1073741824 B``) in binary units (``1 GiB``). Code names (a key with ``_``
     or ``.``) are set as code; long kernel names may break, so the table fits the column.
     """
     notes = group.record.notes
@@ -377,12 +379,12 @@ def notes_markdown(request: NotesRequest, group: Group) -> str:
         elif isinstance(note, dict):
             cells = {"value": "<br>".join(f"{_note_key(k)}: {_note_value(v)}" for k, v in note.items())}
             shown = [cells[c] if c in cells else "—" for c in columns]
-            lines.append(f"| {cell(name)} | " + " | ".join(shown) + " |")
+            lines.append(f"| {cell(sizes_in_text(name))} | " + " | ".join(shown) + " |")
             continue
         else:
             cells = {"value": note}
         shown = [_note_value(cells[c]) if c in cells else "—" for c in columns]
-        lines.append(f"| {cell(name)} | " + " | ".join(shown) + " |")
+        lines.append(f"| {cell(sizes_in_text(name))} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
 
 
@@ -390,7 +392,7 @@ def _note_key(key: str) -> str:
     """A note's key: a code name (``cuda.matmul.allow_tf32``) as code, breakable after its dots."""
     if ("_" in key or "." in key) and " " not in key:
         return f"<code>{breakable(key, always=True)}</code>"
-    return cell(key)
+    return cell(sizes_in_text(key))
 
 
 def breakable(text: str, always: bool = False) -> str:
@@ -406,9 +408,10 @@ def breakable(text: str, always: bool = False) -> str:
 
 
 def _note_value(value) -> str:
+    """A note's value in a cell; a raw count of bytes in its text in binary units (``1 GiB``)."""
     if isinstance(value, list):
-        return "; ".join(breakable(case_value(v)) for v in value)
-    return breakable(case_value(value))
+        return "; ".join(breakable(sizes_in_text(case_value(v))) for v in value)
+    return breakable(sizes_in_text(case_value(value)))
 
 
 def notes(request: NotesRequest, groups: Sequence[Group], link: Callable[[Entry], str]) -> str:
