@@ -5,6 +5,7 @@ hold invented numbers for the made-up topic ``fixture.launch``.
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -76,3 +77,28 @@ def served(site: Path):
             httpd.server_close()
 
     return running()
+
+
+#: A word with an underscore: an identifier of the code (``all_gather``, ``ms_per_token``).
+SNAKE = re.compile(r"[A-Za-z0-9]_[A-Za-z0-9]")
+
+
+def is_identifier(text: str, not_words: set[str]) -> bool:
+    """The rule the browser test applies to a table's header (``tests/test_browser.py``, ``TABLES_JS``),
+    for any text a reader sees outside code: a word with an underscore, or, less its unit in brackets
+    (``time per token (ms)``), an identifier of ``examples/lab/metrics.py`` that is not a word
+    (:func:`examples.lab.metrics.not_words`: ``algbw``, ``gpus``)."""
+    bare = re.sub(r"\s*\([^()]*\)$", "", text.strip())
+    return bool(SNAKE.search(text)) or bare in not_words
+
+
+#: A whole number of 10,000 or more written out (``1,048,576``, ``67108864``): a raw count.
+RAW_COUNT = re.compile(r"(?:\d{1,3}(?:,\d{3})+|\d{5,})")
+#: A count of bytes written out (``logged as 1073741824 B``), where the book writes ``1 GiB``.
+RAW_BYTES = re.compile(r"(?<![\w.,])\d{4,} B\b")
+
+
+def is_raw_count(text: str) -> bool:
+    """Whether a cell's whole text is a bare whole number of 10,000 or more, without a unit."""
+    text = text.strip()
+    return bool(RAW_COUNT.fullmatch(text)) and int(text.replace(",", "")) >= 10_000

@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.hook_support import CPU, H100, H200, TOPIC, fixture_store, req  # noqa: F401 (a fixture)
+from tests.hook_support import (CPU, H100, H200, REPO, TOPIC, fixture_store, is_identifier,  # noqa: F401
+                                req, root)
+
+from examples.lab import metrics  # noqa: E402
 
 from lab_site import LabError, plot, shortcodes, store  # noqa: E402
 from lab_site.series import csv_text, machine_series, series_of  # noqa: E402
@@ -218,6 +221,27 @@ def test_the_csv_holds_one_row_per_point_drawn(fixture_store):
     assert rows[0]["runs"] == "3" and rows[0]["low"] and rows[0]["topic"] == TOPIC
 
 
+# -- legends in words --------------------------------------------------------------------------
+
+def test_a_legend_says_a_case_value_in_words_unless_the_page_renames_it():
+    book = store.load([root(REPO / "docs" / "records")], REPO)
+    group = book.topic("collectives.ring_allreduce", "nvidia-h200")[0]
+    plot_of = '<!-- lab:plot collectives.ring_allreduce x=bytes y=busbw series={} part="{}" xlabel=S ylabel=b {} -->'
+    found, _, _ = series_of(req(plot_of.format("collective", "collective sweep", "")), group)
+    assert {s.label for s in found} == {"all-gather", "reduce-scatter"}  # all_gather, reduce_scatter
+    assert {s.key for s in found} == {"all_gather", "reduce_scatter"}  # what legend= and lines= name
+    found, _, _ = series_of(req(plot_of.format("impl", "sweep", "")), group)
+    assert {s.label for s in found} == {"NCCL all-reduce", "hand ring"}  # dist.all_reduce, hand ring
+    renamed = req(plot_of.format("collective", "collective sweep", 'legend="all_gather:gather all"'))
+    assert {s.label for s in series_of(renamed, group)[0]} == {"gather all", "reduce-scatter"}
+    # The rule that the built book's plots are held to catches what the words replace.
+    words = metrics.not_words()
+    svg = plot.line_plot(found, xlabel="total size S", ylabel="bus bandwidth (GB/s)", logx=True, xunit="B", uid="w")
+    assert not [t for t in texts(svg) if is_identifier(t, words)], texts(svg)
+    assert [t for t in ("all_gather", "dist.all_reduce", "algbw", "time per token (ms)", "gpus (GB/s)")
+            if is_identifier(t, words)] == ["all_gather", "dist.all_reduce", "algbw", "gpus (GB/s)"]
+
+
 # -- the built book --------------------------------------------------------------------------
 
 class _Figures(HTMLParser):
@@ -275,6 +299,20 @@ def test_every_plot_of_the_book_is_numbered_hoverable_downloadable_and_free_of_e
         rows = list(csv.reader(io.StringIO(data.read_text(encoding="utf-8"))))
         assert len(rows) - 1 == f["titles"], f"{where}: {len(rows) - 1} CSV rows, {f['titles']} points on hover"
     assert seen >= 12
+
+
+def test_no_plot_of_the_book_shows_a_metric_identifier(built_site):
+    """Legends, axis labels, tick labels, titles: words, never an identifier of the code or of
+    ``examples/lab/metrics.py`` (the rule of the browser test's table headers, over every plot's SVG)."""
+    words = metrics.not_words()
+    seen, found = 0, []
+    for page, f in book_figures(built_site):
+        seen += 1
+        assert f["texts"], f"{page.relative_to(built_site)} {f['id']}: no text in the SVG"
+        found += [f"{page.relative_to(built_site)} {f['id']}: {t!r}" for t in f["texts"] if is_identifier(t, words)]
+    assert seen >= 12
+    assert not found, (f"{len(found)} identifiers drawn in plots (give the case value words in CASE_VALUES of "
+                       "examples/lab/metrics.py, or the plot a legend=):\n" + "\n".join(found))
 
 
 def test_the_capstone_ladder_is_bars_of_every_rung_per_gpu_against_a_roof_at_one(built_site):

@@ -82,6 +82,23 @@ def test_labels_are_words_not_identifiers():
     assert "rate" not in metrics.not_words()  # labelled "rate": a word
 
 
+def test_case_value_words_are_words_for_values_the_records_hold():
+    held = {(k, v) for r in _records() for row in r["results"] for k, v in row["case"].items() if isinstance(v, str)}
+    keys = metrics.WORD_KEYS | set(metrics.CASE_KEYS) | {k for m in metrics.TOPIC_CASE_KEYS.values() for k in m}
+    for key, values in metrics.CASE_VALUES.items():
+        assert key in keys, f"CASE_VALUES names {key!r}, which is no case key"
+        for value, words in values.items():
+            assert "_" not in words and words.strip() == words and words != value, f"{key}={value}: {words!r}"
+            assert (key, value) in held, f"CASE_VALUES gives words to {key}={value!r}, which no record holds"
+    assert metrics.value_label("collective", "all_gather") == "all-gather"
+    assert metrics.value_label("collective", "broadcast") is None and metrics.value_label("bytes", 4) is None
+    counts = metrics.COUNT_KEYS | {k for ks in metrics.TOPIC_COUNT_KEYS.values() for k in ks}
+    assert not counts & set(metrics.SIZE_KEYS)  # a key is a size or a count, never both
+    held_keys = {(r["topic"], k) for r in _records() for row in r["results"] for k in row["case"]}
+    for topic, ks in metrics.TOPIC_COUNT_KEYS.items():
+        assert all((topic, k) in held_keys for k in ks), f"TOPIC_COUNT_KEYS[{topic!r}] names a key no record holds"
+
+
 def test_unknown_metric_is_a_one_line_error_naming_the_file():
     with pytest.raises(metrics.UnknownLabel, match=r"^metric 'no_such' of topic t\.x has no label: .*metrics\.py$"):
         metrics.metric_label("t.x", "no_such")

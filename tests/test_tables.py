@@ -4,11 +4,14 @@ book's own records (the browser test checks that they fit the text column)."""
 from __future__ import annotations
 
 import re
+from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
-from tests.hook_support import REPO, req, root
+from tests.hook_support import RAW_BYTES, REPO, is_raw_count, req, root
 
+from examples.lab import metrics  # noqa: E402
 from lab_site import labels, markdown, store  # noqa: E402
 from lab_site.fmt import NBSP  # noqa: E402
 
@@ -36,12 +39,21 @@ def grids(text: str) -> list[list[str]]:
     return found
 
 
-def test_case_values_print_sizes_in_binary_units_and_large_counts_with_separators():
+def test_case_values_print_sizes_in_binary_units_large_counts_with_a_prefix_and_identifiers_in_words():
     assert labels.case("bytes", 262144) == f"256{NBSP}KiB"
     assert labels.case("bytes", 4 * 2**30) == f"4{NBSP}GiB"
     assert labels.case("MiB", 2048.0) == f"2{NBSP}GiB"  # recorded in MiB, a declared size key
-    assert labels.case("n", 67108864) == "67,108,864"  # a count, not a size: never guessed from magnitude
+    # A count of elements, not a size (declared, never guessed from magnitude): a binary prefix, no "B".
+    assert labels.case("elements", 1048576) == f"1{NBSP}Mi"
+    assert labels.case("n", 67108864, "measuring.cpu_bound_trap") == f"64{NBSP}Mi"  # that topic's n counts
+    # Any other large whole number (a matrix side, a width, a quantity) whole, as the prose writes it.
+    assert labels.case("n", 16384, "blas.levels") == "16,384" and labels.case("h", 14336) == "14,336"
+    assert labels.case("intensity", 10000) == "10,000" and labels.case("n", 67108864) == "67,108,864"
     assert labels.case("n", 4096) == "4096" and labels.case("mode", True) == "true"
+    # A value that is an identifier of the code reads in words; a word reads as it is.
+    assert labels.case("collective", "all_gather") == "all-gather"
+    assert labels.case("impl", "dist.all_reduce") == "NCCL all-reduce"
+    assert labels.case("impl", "hand ring") == "hand ring" and labels.case("recipe", "all_gather") == "all_gather"
 
 
 def test_a_long_table_is_folded_by_its_main_key_with_every_row_kept(book):
@@ -200,3 +212,65 @@ def test_no_built_table_has_a_column_that_carries_nothing(built_site):
             for i, name in enumerate(head):
                 assert not rows or any(i < len(r) and r[i] not in markdown.EMPTY_CELLS for r in rows), \
                     (page, name, head)
+
+
+class _Tables(HTMLParser):
+    """Each ``<table>`` of a page: its headers and its rows, as text, less what is set as code."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables: list[dict] = []
+        self._cell: list[str] | None = None
+        self._code = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append({"heads": [], "rows": []})
+        elif tag == "tr" and self.tables:
+            self.tables[-1]["rows"].append([])
+        elif tag in ("th", "td") and self.tables:
+            self._cell = []
+        elif tag == "code":
+            self._code += 1
+
+    def handle_endtag(self, tag):
+        if tag == "code":
+            self._code -= 1
+        elif tag in ("th", "td") and self._cell is not None:
+            text = " ".join("".join(self._cell).split())
+            table = self.tables[-1]
+            (table["heads"] if tag == "th" else table["rows"][-1]).append(text)
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None and not self._code:
+            self._cell.append(data)
+
+
+def test_no_table_of_the_book_prints_a_raw_count_or_a_raw_byte_count(built_site: Path):
+    """A column of a count of elements (a key of COUNT_KEYS, or of TOPIC_COUNT_KEYS in its topic)
+    prints 10,000 or more with a prefix (``1 Mi``, not ``1,048,576``), a size in binary units (``1 GiB``,
+    not ``1073741824 B``); a note's text the same for a size the book's code wrote in bytes. (A matrix
+    side prints whole, ``16,384``, as the prose writes it.)"""
+    topics = [""] + list(metrics.TOPIC_COUNT_KEYS)
+    case_heads = {metrics.key_label(t, k) for t in topics
+                  for k in (*metrics.COUNT_KEYS, *metrics.TOPIC_COUNT_KEYS.get(t, ()))}
+    found: list[str] = []
+    checked = 0
+    for page in sorted(built_site.rglob("index.html")):
+        parser = _Tables()
+        parser.feed(page.read_text(encoding="utf-8"))
+        where = page.parent.relative_to(built_site).as_posix() or "home"
+        for table in parser.tables:
+            heads = table["heads"]
+            for row in table["rows"]:
+                for head, text in zip(heads, row):
+                    if head in case_heads:
+                        checked += 1
+                        if is_raw_count(text):
+                            found.append(f"{where}: [{head}] {text}")
+                    if RAW_BYTES.search(text):
+                        found.append(f"{where}: [{head}] {text}")
+    assert checked > 20, f"only {checked} cells of counts in the built book: the check is vacuous"
+    assert not found, (f"{len(found)} raw counts in tables (a count: lab_site.labels.case; a size key: "
+                       f"SIZE_KEYS of examples/lab/metrics.py):\n" + "\n".join(dict.fromkeys(found)))

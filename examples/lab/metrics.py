@@ -20,9 +20,16 @@ its words.
 - :data:`CASE_KEYS` (and :data:`TOPIC_CASE_KEYS`): a case key's words where the key is
   not already a word a reader would use (``d`` -> ``model width d``), :data:`WORD_KEYS`
   the keys that are;
+- :data:`CASE_VALUES`: a case value's words, where the value is an identifier of the code
+  (``all_gather`` -> ``all-gather``, ``dist.all_reduce`` -> ``NCCL all-reduce``): tables,
+  fold titles, hover text and every plot's legend say the words;
 - :data:`SIZE_KEYS`: case keys whose values are sizes in memory, with the unit they are
   recorded in: tables print them in binary units (``262144`` bytes -> ``256 KiB``).
-  Declared, never guessed from a value's magnitude: ``n = 67108864`` is a count.
+  Declared, never guessed from a value's magnitude: ``n = 67108864`` is not a size;
+- :data:`COUNT_KEYS` (and :data:`TOPIC_COUNT_KEYS`): case keys whose values count elements,
+  which tables print with a binary prefix from 10,000 up (``1048576`` elements -> ``1 Mi``).
+  Any other large whole number (a matrix side, a width, a token count: ``16,384``) prints
+  whole with separators, as a reader writes it and as the prose does (``16384³``).
 """
 from __future__ import annotations
 
@@ -298,8 +305,30 @@ TOPIC_CASE_KEYS: dict[str, dict[str, str]] = {
     "collectives.ddp_probe": {"bytes": "bucket size"},
 }
 
+#: Case key -> {value: words}, where a value is an identifier of the code rather than a word a
+#: reader would use. The shortcodes still filter on the value as recorded (``collective=all_gather``);
+#: a reader sees the words, in a table's cells, a fold's title, a value's hover and a plot's legend.
+#: A page's ``legend=`` overrides them for one plot. ``tests/test_figures.py`` fails on a legend or
+#: an axis of the built book that shows an identifier, so a new value of a plotted key lands with
+#: its words here.
+CASE_VALUES: dict[str, dict[str, str]] = {
+    "collective": {"all_gather": "all-gather", "all_reduce": "all-reduce", "all_to_all": "all-to-all",
+                   "reduce_scatter": "reduce-scatter"},
+    "impl": {"dist.all_reduce": "NCCL all-reduce"},
+    "part": {"all_reduce": "all-reduce", "nccl_model": "NCCL's cost model"},
+}
+
 #: Case keys whose values are sizes in memory -> the unit the records give them in.
 SIZE_KEYS: dict[str, str] = {"bytes": "B", "MiB": "MiB"}
+
+#: Case keys whose values count elements (of a tensor, a buffer): printed with a binary prefix
+#: from 10,000 up (``64 Mi``). Per topic where a key that elsewhere is a matrix side counts
+#: elements (``n`` of measuring.cpu_bound_trap).
+COUNT_KEYS = frozenset({"elements"})
+TOPIC_COUNT_KEYS: dict[str, frozenset[str]] = {
+    "measuring.cpu_bound_trap": frozenset({"n"}),
+    "compile.triton_kernels": frozenset({"size"}),  # elements (a matmul's side stays under 10,000)
+}
 
 
 class UnknownLabel(KeyError):
@@ -321,6 +350,17 @@ def metric_label(topic: str, name: str) -> str:
 def key_label(topic: str, key: str) -> str:
     """The words for case key ``key`` of ``topic``: its entry, else the key itself (already a word)."""
     return TOPIC_CASE_KEYS.get(topic, {}).get(key) or CASE_KEYS.get(key) or key
+
+
+def value_label(key: str, value) -> str | None:
+    """The words for case value ``value`` of key ``key`` (``'all-gather'``), or ``None`` where the
+    value is read as it is."""
+    return CASE_VALUES.get(key, {}).get(value) if isinstance(value, str) else None
+
+
+def is_count(topic: str | None, key: str) -> bool:
+    """Whether ``key``'s values (in ``topic``'s records, where known) count elements."""
+    return key in COUNT_KEYS or key in TOPIC_COUNT_KEYS.get(topic or "", ())
 
 
 def size_unit(key: str) -> str | None:

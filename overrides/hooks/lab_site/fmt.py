@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 from lab_site import LabError
 
@@ -191,3 +192,55 @@ def bare_range(low: float, high: float, unit: str) -> str:
     """:func:`format_range` without the unit, for a column whose header carries it: ``'400–420'``."""
     first, last = format_bare(low, unit), format_bare(high, unit)
     return last if first == last else f"{first}–{last}"
+
+
+#: A whole count from this many up prints with a prefix (``64 Mi``), below it whole (``4096``).
+COUNT_FROM = 10_000
+#: Prefixes of a count: binary (each 1024 times the one before) and decimal (each 1000 times).
+_COUNT_PREFIXES = ((1024, ("Ki", "Mi", "Gi", "Ti", "Pi")), (1000, ("k", "M", "G", "T", "P")))
+
+
+def format_count(value) -> str:
+    """A whole count as a reader says it: below :data:`COUNT_FROM` whole (``4096``), from there with
+    the binary prefix that writes it exactly in at most two decimals (``1 Mi`` elements, ``64 Mi``,
+    ``14 Ki``), else the decimal one (``10 k``, ``1.5 M``), else whole with separators: a case
+    value names its case, so it is never rounded.
+
+    >>> [format_count(v) for v in (4096, 16384, 14336, 2**20, 64 * 2**20, 3 * 2**29, 10_000, 123_457)]
+    ['4096', '16\\xa0Ki', '14\\xa0Ki', '1\\xa0Mi', '64\\xa0Mi', '1.5\\xa0Gi', '10\\xa0k', '123,457']
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not float(value).is_integer():
+        raise LabError(f"not a whole count: {value!r}")
+    whole = int(value)
+    sign = "−" if whole < 0 else ""
+    whole = abs(whole)
+    if whole < COUNT_FROM:
+        return f"{sign}{whole}"
+    for base, prefixes in _COUNT_PREFIXES:
+        k = len(prefixes)
+        while base ** k > whole:
+            k -= 1
+        scaled = whole / base ** k
+        if round(scaled, 2) == scaled:
+            number = f"{scaled:,.2f}".rstrip("0").rstrip(".")
+            return f"{sign}{number}{NBSP}{prefixes[k - 1]}"
+    return f"{sign}{whole:,}"
+
+
+#: A size in bytes written into a note's text as a raw count by the book's code: ``logged as
+#: 1073741824 B``. A log line quoted as it was printed (NCCL's ``33554432 Bytes``) is left as it is.
+_RAW_BYTES = re.compile(r"(?<![\w.,])(\d{4,}) B\b")
+
+
+def sizes_in_text(text: str) -> str:
+    """A note's text with each raw count of bytes from 1,000 up written ``N B`` in binary units:
+    ``'logged as 1073741824 B' -> 'logged as 1 GiB'``; NCCL's own ``33554432 Bytes`` (a log line,
+    quoted) and a number without ``B`` are left alone.
+
+    >>> sizes_in_text("RING/SIMPLE, 24 channel(s), logged as 1073741824 B")
+    'RING/SIMPLE, 24 channel(s), logged as 1\\xa0GiB'
+    >>> sizes_in_text("default, 65536 B: AllReduce: 33554432 Bytes, workFifoBytes 1048576, 512 B")
+    'default, 64\\xa0KiB: AllReduce: 33554432 Bytes, workFifoBytes 1048576, 512 B'
+    """
+    return _RAW_BYTES.sub(lambda m: format_size(int(m[1])), text)

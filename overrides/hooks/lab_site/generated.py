@@ -382,7 +382,7 @@ def figures_markdown(group: Group) -> str:
     heads = [render.cell(labels.key(group.topic, k)) for k in keys]
     # Above the table, its caption: the case every figure shares, and what ⚠ means where one shows.
     said = (["Every figure: " + ", ".join(f"{render.cell(labels.key(group.topic, k))} "
-                                          f"{render.cell(labels.case(k, figures[0][0][k]))}" for k in fixed)
+                                          f"{render.cell(labels.case(k, figures[0][0][k], group.topic))}" for k in fixed)
              + "."] if fixed else [])
     if any(f.across.noisy for _, _, f in figures):
         said.append(render.NOISY_LEGEND)
@@ -398,7 +398,7 @@ def figures_markdown(group: Group) -> str:
                   f'{plural(a.count, "run")}">{format_range(a.low, a.high, f.unit)}</span>' if a.count > 1 else "")
         flag = (f'<span class="lab-noisy" title="{render.NOISY_TITLE}: here {a.spread * 100:.0f} %">⚠</span>'
                 if a.noisy else "")
-        cells = [render.cell(labels.case(k, case.get(k, ""))) for k in keys]
+        cells = [render.cell(labels.case(k, case.get(k, ""), group.topic)) for k in keys]
         # The metric in words; its identifier (what a shortcode names) on hover.
         words = html.escape(labels.metric_or_name(group.topic, name), quote=False)
         cells += [f'<span title="{html.escape(name)}">{words}</span>', render.median_html(f) + spread,

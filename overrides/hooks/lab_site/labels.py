@@ -9,7 +9,7 @@ from __future__ import annotations
 from examples.lab import metrics as words
 
 from lab_site import LabError
-from lab_site.fmt import case_value, format_size, unit_text
+from lab_site.fmt import COUNT_FROM, case_value, format_count, format_size, unit_text
 
 
 def metric(topic: str, name: str) -> str:
@@ -40,12 +40,18 @@ def key(topic: str, name: str) -> str:
     return words.key_label(topic, name)
 
 
-def case(name: str, value) -> str:
-    """A case value as a table prints it: a size in binary units (``256 KiB``), a large whole
-    number with thousands separators (``67,108,864``), anything else as :func:`case_value` does."""
+def case(name: str, value, topic: str | None = None) -> str:
+    """A case value as a table, a hover and a plot's legend print it: an identifier of the code in
+    words (``all_gather`` -> ``all-gather``, :data:`examples.lab.metrics.CASE_VALUES`), a size in
+    binary units (``256 KiB``), a large count of elements with a binary prefix (``1048576``
+    elements -> ``1 Mi``, :func:`examples.lab.metrics.is_count`), any other large whole number
+    whole with separators (a matrix side: ``16,384``), anything else as :func:`case_value` does."""
+    said = words.value_label(name, value)
+    if said is not None:
+        return said
     unit = words.size_unit(name)
     if unit is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
         return format_size(value, unit)
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10_000:
-        return f"{value:,}".replace("-", "−")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= COUNT_FROM:
+        return format_count(value) if words.is_count(topic, name) else f"{value:,}".replace("-", "−")
     return case_value(value)

@@ -27,6 +27,7 @@ from lab_site.claims import UNVERIFIED, ClaimResult, Verdict
 from lab_site.figures import Figure, GroupRow, SelectionError, metric, power, select, stat, stat_unit, with_metric
 from lab_site.fmt import (bare_range, case_value, date_span, format_bare, format_quantity, format_range, plural,
                           run_date, unit_text)
+from lab_site.fmt import sizes_in_text
 from lab_site.runs import NOISY
 from lab_site.shortcodes import NotesRequest, PlotRequest, TableRequest, TimelineRequest, ValueRequest
 from lab_site.store import Entry, Group
@@ -111,7 +112,7 @@ def table_markdown(request: TableRequest, group: Group, partial: bool = False) -
     shown: list[Figure] = []
 
     def line(row: GroupRow, columns: list[str]) -> list[str]:
-        cells = [cell(labels.case(k, row.case.get(k, ""))) for k in columns]
+        cells = [cell(labels.case(k, row.case.get(k, ""), group.topic)) for k in columns]
         for name in names:
             figure = row.metrics.get(name)
             cells.append(figure_cell(figure, len(group.runs), bare=unit[name] is not None) if figure
@@ -158,7 +159,7 @@ def _caption(group: Group, fixed: list[tuple[str, object]], shown: list[Figure])
     parts = []
     if fixed:
         parts.append("Every row: " + ", ".join(f"{cell(labels.key(group.topic, k))} "
-                                               f"{cell(labels.case(k, v))}" for k, v in fixed) + ".")
+                                               f"{cell(labels.case(k, v, group.topic))}" for k, v in fixed) + ".")
     if len(group.runs) > 1:
         parts.append(f"Each figure: the median of {len(group.runs)} runs, the lowest and highest run beneath it.")
     elif any(_iqr(f) is not None for f in shown):
@@ -195,7 +196,7 @@ def _fold(group: Group, rows: list[GroupRow], keys: list[str],
     for i, part in enumerate(parts(main).values()):
         # The part's title says the key's value, and any other column that is constant within it.
         same = [k for k in keys if all(k in r.case for r in part) and len({_json(r.case[k]) for r in part}) == 1]
-        title = ", ".join(f"{labels.key(group.topic, k)} {labels.case(k, part[0].case.get(k, ''))}"
+        title = ", ".join(f"{labels.key(group.topic, k)} {labels.case(k, part[0].case.get(k, ''), group.topic)}"
                           for k in [main, *(k for k in same if k != main)])
         title = f"{title} · {plural(len(part), 'row')}".replace('"', "'")
         columns = [k for k in keys if k not in same]
@@ -370,7 +371,8 @@ def notes_markdown(request: NotesRequest, group: Group) -> str:
 
     One row per note; mapping notes with at most :data:`NOTE_COLUMNS` keys in all spread over
     one column per key, any other mapping is one cell with a line per key, a list is joined
-    with semicolons, anything else goes in the column "value". Code names (a key with ``_``
+    with semicolons, anything else goes in the column "value"; a count of bytes the code wrote
+    (``1073741824 B``) in binary units (``1 GiB``). Code names (a key with ``_``
     or ``.``) are set as code; long kernel names may break, so the table fits the column.
     """
     notes = group.record.notes
@@ -397,12 +399,12 @@ def notes_markdown(request: NotesRequest, group: Group) -> str:
         elif isinstance(note, dict):
             cells = {"value": "<br>".join(f"{_note_key(k)}: {_note_value(v)}" for k, v in note.items())}
             shown = [cells[c] if c in cells else "—" for c in columns]
-            lines.append(f"| {cell(name)} | " + " | ".join(shown) + " |")
+            lines.append(f"| {cell(sizes_in_text(name))} | " + " | ".join(shown) + " |")
             continue
         else:
             cells = {"value": note}
         shown = [_note_value(cells[c]) if c in cells else "—" for c in columns]
-        lines.append(f"| {cell(name)} | " + " | ".join(shown) + " |")
+        lines.append(f"| {cell(sizes_in_text(name))} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
 
 
@@ -410,7 +412,7 @@ def _note_key(key: str) -> str:
     """A note's key: a code name (``cuda.matmul.allow_tf32``) as code, breakable after its dots."""
     if ("_" in key or "." in key) and " " not in key:
         return f"<code>{breakable(key, always=True)}</code>"
-    return cell(key)
+    return cell(sizes_in_text(key))
 
 
 def breakable(text: str, always: bool = False) -> str:
@@ -426,9 +428,10 @@ def breakable(text: str, always: bool = False) -> str:
 
 
 def _note_value(value) -> str:
+    """A note's value in a cell; a raw count of bytes in its text in binary units (``1 GiB``)."""
     if isinstance(value, list):
-        return "; ".join(breakable(case_value(v)) for v in value)
-    return breakable(case_value(value))
+        return "; ".join(breakable(sizes_in_text(case_value(v))) for v in value)
+    return breakable(sizes_in_text(case_value(value)))
 
 
 def notes(request: NotesRequest, groups: Sequence[Group], link: Callable[[Entry], str]) -> str:
@@ -499,7 +502,7 @@ def _value(request: ValueRequest, group: Group) -> str:
     else:
         x = stat(f, request.stat)
         shown = str(round(x)) if request.stat == "n" else format_quantity(x, stat_unit(f, request.stat))
-    case = ", ".join(f"{labels.key(request.topic, k)} {labels.case(k, v)}" for k, v in row.case.items())
+    case = ", ".join(f"{labels.key(request.topic, k)} {labels.case(k, v, request.topic)}" for k, v in row.case.items())
     details = [labels.metric(request.topic, request.metric) + (f" ({case})" if case else ""),
                f"{group.label} ({group.slug})"]
     if reading is not None:

@@ -12,7 +12,7 @@ import csv
 import io
 from collections.abc import Sequence
 
-from lab_site import LabError
+from lab_site import LabError, labels
 from lab_site.figures import Figure, SelectionError, select
 from lab_site.fmt import case_value
 from lab_site.plot import Point, Series
@@ -46,7 +46,8 @@ def series_of(request: PlotRequest, group: Group, source: str | None = None
     ``order=`` names the x values to draw: then rows at any other x, or with no x, are
     left out, and the points follow that order. Two rows at the same x of the same
     series mean the filters leave a key free: that is an error. A series is labelled
-    with its value alone (``eager``), or as ``legend=`` renames it.
+    with its value as a table prints it (``eager``; ``all-gather`` for ``all_gather``,
+    ``64 Mi`` for a count of ``67108864`` elements: :func:`lab_site.labels.case`), or as ``legend=`` renames it.
     """
     rows = select(group, request.where)
     where = f"topic {group.topic} on {group.slug}"
@@ -88,7 +89,7 @@ def series_of(request: PlotRequest, group: Group, source: str | None = None
         elif all(isinstance(p.x, (int, float)) and not isinstance(p.x, bool) for p in points):
             points = sorted(points, key=lambda p: p.x)
         key = case_value(value) if series_key else None
-        label = request.legend.get(key, key) if key is not None else None
+        label = (request.legend.get(key) or labels.case(series_key, value, request.topic)) if key is not None else None
         out.append(Series(label, tuple(points), key))
     return out, units.pop(), figures
 
