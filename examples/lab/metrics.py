@@ -299,6 +299,7 @@ WORD_KEYS = frozenset({
 #: Per topic, where a case key means something narrower than :data:`CASE_KEYS` says.
 TOPIC_CASE_KEYS: dict[str, dict[str, str]] = {
     "compile.triton_kernels": {"size": "size (elements; matmul: side)"},
+    "measuring.cpu_bound_trap": {"n": "elements n"},
     "ecosystem.triton_op": {"size": "elements"},
     "ecosystem.fft_conv": {"length": "signal length", "filter": "filter length"},
     "collectives.ddp_overlap": {"all_reduce": "all-reduce"},
