@@ -277,13 +277,10 @@ def _other_collectives(config, device) -> dict:
         "reduce": lambda: dist.reduce(full, dst=0),
         "all_to_all": lambda: dist.all_to_all_single(out, full),
     }
-    # Different collectives, not variants of one: each has its own loop.
-    return {
-        name: measure_rounds({name: fn}, device=device, warmup=3,
-                             repetitions=config["reps"],
-                             before=lined_up(lambda _: full.normal_()))[name]
-        for name, fn in calls.items()
-    }
+    # Compared with each other on the page (the halves of an all-reduce against it): timed
+    # in the same alternating rounds, so that clock and heat drift fall on all alike.
+    return measure_rounds(calls, device=device, warmup=3, repetitions=config["reps"],
+                          before=lined_up(lambda _: full.normal_()))
 
 
 def _inner(nbytes: int) -> int:
