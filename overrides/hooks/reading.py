@@ -14,7 +14,6 @@ A MkDocs 1.x hook (``hooks:`` in mkdocs.yml).
 * A code listing longer than :data:`FOLD_LINES` lines is folded (a ``details`` block whose
   summary names the file and its length), so the prose stays the page's main line; and a
   section titled "In depth: ..." is marked as such, so it does not look like a core one.
-* The first ⚠ of a page says in words what it marks (the others say it on hover and tap).
 * Every source file of the examples (``examples/**``, less Python's caches) is copied into
   the site under ``examples/``, and the prose links to its copy wherever it names one: a path
   (``<code>examples/…/x.py</code>``, a listing's title), a bare file name that is one file of

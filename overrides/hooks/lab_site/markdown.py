@@ -26,8 +26,7 @@ from lab_site import provenance as prov
 from lab_site.claims import UNVERIFIED, ClaimResult, Verdict
 from lab_site.figures import Figure, GroupRow, SelectionError, metric, power, select, stat, stat_unit, with_metric
 from lab_site.fmt import (bare_range, case_value, date_span, format_bare, format_quantity, format_range, plural,
-                          run_date, unit_text)
-from lab_site.fmt import sizes_in_text
+                          run_date, sizes_in_text, unit_text)
 from lab_site.runs import NOISY
 from lab_site.shortcodes import NotesRequest, PlotRequest, TableRequest, TimelineRequest, ValueRequest
 from lab_site.store import Entry, Group

@@ -17,11 +17,10 @@ from examples.lab.records import Metric
 
 from lab_site import power as power_mod
 from lab_site.fmt import NBSP, date_span, int_span, plural, run_date, short_commit
+from lab_site.store import Entry, Group
 
 #: The short names of the months, for the days of a provenance line's summary.
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-from lab_site.store import Entry, Group
-
 STALE_TITLE = "Measured on an earlier version of this code"
 #: What a page shows where every run of a group is stale and lacks the figure it asks for:
 #: the code as it is now may measure it (or measure it under a new name or case), but no
