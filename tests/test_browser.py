@@ -14,6 +14,7 @@ fold too: they are shown for the check) must keep its numbers inside the text co
 so no reader scrolls sideways for a figure, and no header may hold a metric identifier
 (a word with an underscore outside code, or an identifier of ``examples/lab/metrics.py``
 that is not a word); then at 390 px (a phone) the page itself must not scroll sideways.
+Chapter 6, opened at a link to a heading inside a folded "In depth" section, opens it.
 These width checks run in the light pass only: a palette changes colours, not widths.
 
 Each pass opens its pages one after the other in one tab (a page is a new document
@@ -216,6 +217,18 @@ PAGE_OVERFLOW_JS = """() => {
 }"""
 
 
+# A heading inside a folded "In depth" section (Chapter 6's "Beyond one node"): a page opened at
+# a link to it must open the section (docs/javascripts/depth.js) and show the heading.
+DEPTH_LINK = ("/collectives/", "the-two-level-all-reduce")
+DEPTH_LINK_JS = """async (id) => {
+  const target = document.getElementById(id);
+  const fold = target && target.closest("details.lab-depth");
+  if (!fold) return "no such heading inside a details.lab-depth";
+  for (let i = 0; i < 100 && !fold.open; i++) await new Promise(r => setTimeout(r, 20));
+  return (fold.open && target.checkVisibility()) || "still folded after the page loaded";
+}"""
+
+
 SEARCH_INDEX = "/search/search_index.json"
 
 
@@ -296,6 +309,7 @@ def test_every_page_renders_cleanly(scheme, browser, server, site):
     not_words = sorted(metrics.not_words())
     report = []
     tables = numeric = 0
+    depth_checked = False
     try:
         page = context.new_page()  # one tab: each page of the pass is opened in it in turn
         visit.watch(page)
@@ -346,11 +360,21 @@ def test_every_page_renders_cleanly(scheme, browser, server, site):
             # Nothing of this page still loading when the tab leaves it (a request cut off by the
             # next page's navigation would read as a failed request).
             page.wait_for_load_state("networkidle")
+        if scheme == "default":  # a link into a folded "In depth" section opens it
+            visit.page_path = f"{DEPTH_LINK[0]}#{DEPTH_LINK[1]}"
+            page.set_viewport_size(DESKTOP)
+            page.goto(server + visit.page_path, wait_until="load")
+            opened = page.evaluate(DEPTH_LINK_JS, DEPTH_LINK[1])
+            if opened is not True:
+                visit.problems.append(f"{visit.page_path}: the link left its section folded ({opened})")
+            page.wait_for_load_state("networkidle")
+            depth_checked = True
     finally:
         context.close()
     # The table checks must check something: the book's pages hold tables of numbers.
     if scheme == "default":
         assert tables and numeric, f"no table with numbers on the {len(pages)} pages: the width check is vacuous"
+        assert depth_checked, f"{DEPTH_LINK[0]} was not among the pages: the folded-link check is vacuous"
     problems = visit.problems + [f"request to a foreign host, aborted: {url}" for url in dict.fromkeys(visit.foreign)]
     assert not problems, f"{len(problems)} problems in the '{scheme}' palette:\n" + "\n".join(problems)
     print("\n".join(report))

@@ -59,7 +59,8 @@ def test_a_notebook_page_gets_its_links_and_no_reading_time():
 def test_every_page_of_the_built_site_shows_its_reading_time(built_site, name):
     page = built_site / ("index.html" if name == "index" else f"{name}/index.html")
     text = page.read_text(encoding="utf-8")
-    assert re.search(r'<p class="lab-reading-time">About \d+ minutes? of prose( · [\d,]+ lines of code)?</p>', text)
+    assert re.search(r'<p class="lab-reading-time">About \d+ (minutes? of prose|min main line · \d+ min in depth)'
+                     r'( · [\d,]+ lines of code)?</p>', text)
 
 
 def test_every_example_file_a_page_links_to_is_in_the_built_site(built_site):
@@ -96,10 +97,100 @@ def test_a_long_listing_is_folded_under_its_file_name_and_length_and_a_short_one
     assert out.count("x = 1\n") == 3, "folded, not cut: every line is still there"
 
 
-def test_an_in_depth_section_is_set_apart():
-    out = reading.on_page_content('<h1>T</h1><h3 id="in-depth-x">In depth: x</h3><h3 id="y">Y</h3>',
+def test_an_in_depth_section_is_folded_under_its_own_heading():
+    """An "In depth" h2 holds everything to the next h2 (its h3s too, a deeper "In depth" folded
+    inside it); an "In depth" h3 stops at the next h3 or h2; a heading inside a block is not a
+    boundary; the footnotes never fall into a section; the summary is the heading, id and permalink."""
+    page = ('<h1 id="t">T</h1><p>intro</p>'
+            '<h2 id="a">A</h2><p>a</p>'
+            '<h2 id="old-anchor">In depth: D<a class="headerlink" href="#old-anchor">¶</a></h2><p>d</p>'
+            '<h3 id="d-sub">In depth: sub</h3><p>s</p>'
+            '<h3 id="e">E</h3><p>e</p><div class="admonition"><h2 id="boxed">boxed</h2></div>'
+            '<h2 id="b">B</h2><p>b</p>'
+            '<h3 id="x">In depth: x</h3><p>x</p><h4 id="y">Y</h4><p>y</p>'
+            '<h3 id="z">Z</h3><p>z</p>'
+            '<h2 id="last">In depth: last</h2><p>l</p>'
+            '<div class="footnote"><ol><li id="fn:1">f</li></ol></div>')
+    out = reading.fold_depth(page)
+    note = r'<span class="lab-depth-note">About 1 min · folded: open to read</span>'
+    assert re.fullmatch(
+        '<h1 id="t">T</h1><p>intro</p><h2 id="a">A</h2><p>a</p>'
+        '<details class="lab-depth"><summary><h2 id="old-anchor">In depth: D<a class="headerlink" '
+        f'href="#old-anchor">¶</a></h2>{note}</summary><p>d</p>'
+        f'<details class="lab-depth"><summary><h3 id="d-sub">In depth: sub</h3>{note}</summary><p>s</p></details>'
+        '<h3 id="e">E</h3><p>e</p><div class="admonition"><h2 id="boxed">boxed</h2></div></details>'
+        '<h2 id="b">B</h2><p>b</p>'
+        f'<details class="lab-depth"><summary><h3 id="x">In depth: x</h3>{note}</summary><p>x</p>'
+        '<h4 id="y">Y</h4><p>y</p></details><h3 id="z">Z</h3><p>z</p>'
+        f'<details class="lab-depth"><summary><h2 id="last">In depth: last</h2>{note}</summary><p>l</p></details>'
+        '<div class="footnote"><ol><li id="fn:1">f</li></ol></div>', out), out
+    assert reading.fold_depth("<h1>T</h1><h3>Depth, in</h3><p>x</p>") == "<h1>T</h1><h3>Depth, in</h3><p>x</p>"
+
+
+def test_a_folded_section_s_prose_counts_in_depth_and_its_heading_on_the_main_line():
+    words = " ".join(["word"] * reading.WORDS_PER_MINUTE)
+    page = reading.fold_depth(f'<h1>Title</h1><p>{words}</p><h2 id="d">In depth: two words</h2>'
+                              f"<p>{words} {words}</p><pre><code>a\nb\n</code></pre>")
+    counter = reading.count(page)
+    assert counter.words == reading.WORDS_PER_MINUTE + 1 + 4  # the title, and the heading: the main line passes it
+    assert counter.depth_words == 2 * reading.WORDS_PER_MINUTE and counter.code_lines == 2
+    assert reading.reading_line(page) == "About 2 min main line · 2 min in depth · 2 lines of code"
+    opened = page.replace('<details class="lab-depth">', '<details class="lab-depth" open="open">')
+    assert reading.count(opened).depth_words == 0, "an open section is on the main line"
+    out = reading.on_page_content(f'<h1 id="t">Title</h1><h2 id="d">In depth: x</h2><p>{words}</p>',
                                   _page("stack.md", "stack/"), None, None)
-    assert '<h3 id="in-depth-x" class="lab-depth">In depth: x</h3>' in out and '<h3 id="y">Y</h3>' in out
+    assert '<p class="lab-reading-time">About 1 min main line · 1 min in depth</p>' in out
+
+
+def test_the_script_that_opens_a_folded_section_for_a_link_is_loaded_on_every_page(built_site):
+    from mkdocs.config import load_config
+
+    assert "javascripts/depth.js" in [str(s) for s in load_config(str(REPO / "mkdocs.yml"))["extra_javascript"]]
+    script = (REPO / "docs" / "javascripts" / "depth.js").read_text(encoding="utf-8")
+    assert "hashchange" in script and "document$" in script and ".open = true" in script
+    assert (built_site / "javascripts" / "depth.js").is_file()
+    assert 'src="../javascripts/depth.js"' in (built_site / "collectives" / "index.html").read_text(encoding="utf-8")
+
+
+#: Chapters whose main line stays above :data:`MAIN_LINE_MINUTES`, with the reason (none fold further
+#: without folding what the chapter's opening promises and its "What to remember" relies on).
+LONG_MAIN_LINES = {
+    "capstone": (33, "every remaining section is one the opening promises (speed of light, the ladder, the "
+                     "time split, int8, the book's kernels with PDL, tensor parallelism)"),
+}
+MAIN_LINE_MINUTES = 30
+
+
+@pytest.mark.parametrize("name", [p for p in PAGES if p not in {"index", "glossary", "numbers"}])
+def test_every_chapter_s_main_line_reads_in_half_an_hour_with_its_depth_folded(built_site, name):
+    text = (built_site / name / "index.html").read_text(encoding="utf-8")
+    line = re.search(r'<p class="lab-reading-time">About (\d+) (?:minutes? of prose|min main line'
+                     r' · (\d+) min in depth)', text)
+    assert line, f"{name}: no reading time"
+    limit = LONG_MAIN_LINES.get(name, (MAIN_LINE_MINUTES,))[0]
+    assert int(line.group(1)) <= limit, f"{name}: the main line takes {line.group(1)} minutes"
+    # Every "In depth" heading is the summary of a closed details.lab-depth, and every such
+    # details is summarised by one.
+    article = text[text.index("<h1"):text.index("</article>")]
+    headings = re.findall(r"<(h[2-4]) id=\"([^\"]+)\"[^>]*>In depth: ", article)
+    folded = re.findall(r'<details class="lab-depth"><summary><(h[2-4]) id="([^"]+)"[^>]*>In depth: ', article)
+    assert headings == folded, f"{name}: an In depth heading outside a closed details.lab-depth"
+    assert bool(folded) == bool(line.group(2)), f"{name}: folded sections and the reading time disagree"
+    assert not re.search(r'<details class="lab-depth" open', article)
+    # Every in-page link still lands on an element of the page.
+    ids = set(re.findall(r'\bid="([^"]+)"', text))
+    missing = sorted({h for h in re.findall(r'href="#([^"]+)"', article)} - ids)
+    assert not missing, f"{name}: links to #{missing}, which the page no longer has"
+
+
+def test_the_renamed_in_depth_headings_keep_their_old_anchors(built_site):
+    """A heading renamed "In depth: ..." keeps the anchor other pages and old links use."""
+    text = (built_site / "collectives" / "index.html").read_text(encoding="utf-8")
+    for anchor in ("beyond-one-node", "why-the-profiled-step-is-longer-and-a-bucket-takes-a-millisecond",
+                   "inside-nccl-the-ll-ll128-and-simple-protocols"):
+        assert re.search(rf'<details class="lab-depth"><summary><h[23] id="{anchor}"', text), anchor
+    capstone = (built_site / "capstone" / "index.html").read_text(encoding="utf-8")
+    assert re.search(r'<details class="lab-depth"><summary><h3 id="is-copy-the-roof"', capstone)
 
 
 def test_every_page_s_title_is_its_name_in_the_navigation(built_site):
@@ -184,7 +275,7 @@ def _chapters(built_site):
 def test_each_chapter_s_reading_time_leaves_out_its_evidence(built_site, monkeypatch):
     """The shown time is the main line's; counted the old way (every word outside listings, tables,
     diagrams and formulas) each chapter with records reads longer."""
-    shown_pattern = re.compile(r'<p class="lab-reading-time">About (\d+) minutes?')
+    shown_pattern = re.compile(r'<p class="lab-reading-time">About (\d+) min')
     chapters = 0
     for page, text in _chapters(built_site):
         article = text[text.index("<h1"):text.index("</article>")]  # the page's content: from its title

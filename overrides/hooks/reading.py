@@ -11,9 +11,16 @@ A MkDocs 1.x hook (``hooks:`` in mkdocs.yml).
   and less every tab of a tabbed block but the one shown first (one per GPU: a reader reads
   one). It is read at :data:`WORDS_PER_MINUTE`. Every listing's lines count as code, folded
   or not, but those of a tab not shown first.
+  A page with "In depth" sections (below) shows two times: its main line (what is open) and
+  its depth (the folded sections' prose, counted by the same rules).
 * A code listing longer than :data:`FOLD_LINES` lines is folded (a ``details`` block whose
-  summary names the file and its length), so the prose stays the page's main line; and a
-  section titled "In depth: ..." is marked as such, so it does not look like a core one.
+  summary names the file and its length), so the prose stays the page's main line.
+* A section whose heading (h2 to h4) starts with "In depth: " is folded: a closed
+  ``<details class="lab-depth">`` whose ``summary`` is the heading itself (element, id and
+  permalink kept, so the table of contents and every link to it still work), holding
+  everything up to the next heading of the same or a higher level at the page's top level
+  (a deeper "In depth" section inside it folds inside it). ``javascripts/depth.js`` opens
+  the sections that hold the target of a link.
 * Every source file of the examples (``examples/**``, less Python's caches) is copied into
   the site under ``examples/``, and the prose links to its copy wherever it names one: a path
   (``<code>examples/…/x.py</code>``, a listing's title), a bare file name that is one file of
@@ -50,6 +57,7 @@ _NOT_PROSE_CLASSES = {"arithmatex", "mermaid", "lab-plot", "lab-timeline", "lab-
                       "lab-provenance", "lab-caption", "lab-claims", "lab-claim", "lab-claim-contradicted",
                       "lab-rows",  # a table of records' row groups, their summaries included
                       "lab-stale",  # a record's note that newer code has not measured it yet (below)
+                      "lab-depth-note",  # a folded section's length, beside its heading
                       "tabbed-labels"}  # the tabs' names (one per GPU): controls, not prose
 #: A record's stale-code note: a warning box the records hook writes above its table or plot.
 #: It is the record's apparatus, like its provenance line; marked (for counting only) by its title.
@@ -61,7 +69,12 @@ _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "me
 FOLD_LINES = 30
 _LISTING = re.compile(r'<div class="language-[\w-]+ highlight">(?:<span class="filename">(.*?)</span>)?<pre>.*?</pre></div>',
                       re.S)
-_DEPTH_HEADING = re.compile(r'<(h[23]) id="([^"]*)">In depth: ')
+#: A heading of the page's content (h1 to h6), whole.
+_HEADING = re.compile(r"<h([1-6])\b[^>]*>.*?</h\1>", re.S)
+#: The words that make a heading an "In depth" one (its text less tags, at its start).
+DEPTH_PREFIX = "In depth: "
+#: The levels of heading an "In depth" section may have (h2: a section; h3, h4: a subsection).
+_DEPTH_LEVELS = {2, 3, 4}
 _FIRST_H1 = re.compile(r"(<h1\b[^>]*>.*?</h1>)", re.S)
 #: A file name of an example: in running text, and as the title of a listing taken from it.
 _EXAMPLE_CODE = re.compile(r"<code>(examples/[A-Za-z0-9_/]+\.[A-Za-z0-9]+)</code>")
@@ -113,21 +126,27 @@ def module_file(module: str) -> str | None:
 
 
 class _Counter(HTMLParser):
-    """Words of the main line's prose and lines of code listings in a page's HTML.
+    """Words of the main line's prose, of its folded "In depth" sections, and lines of code
+    listings in a page's HTML.
 
-    Each open element weighs on two counts: ``hidden`` (its words are not main-line prose:
-    a table, a formula, a provenance line, a closed ``details`` less its ``summary``) and
-    ``unseen`` (nothing of it is shown until the reader asks: a tab other than the first).
-    Words count where both are 0; a listing's lines count where ``unseen`` is.
+    Each open element weighs on three counts: ``hidden`` (its words are not prose: a table, a
+    formula, a provenance line, a closed ``details`` less its ``summary``), ``unseen``
+    (nothing of it is shown until the reader asks: a tab other than the first) and ``depth``
+    (a closed "In depth" section less its ``summary``, the heading: prose, but off the main
+    line). Words count where ``hidden`` and ``unseen`` are 0: as :attr:`words` where ``depth``
+    is 0 too, else as :attr:`depth_words`. A listing's lines count where ``unseen`` is 0.
     """
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.words = 0
+        self.depth_words = 0
         self.code_lines = 0
-        self._open: list[list] = []  # [tag, hidden weight, unseen weight, tabs met (a tabbed-content's), folded]
+        # [tag, hidden weight, unseen weight, tabs met (a tabbed-content's), folded, depth weight, a folded depth section]
+        self._open: list[list] = []
         self._hidden = 0
         self._unseen = 0
+        self._depth = 0
         self._code: list[str] | None = None  # the text of a code listing, while inside one
         self._code_depth = 0  # the stack's length at the listing's <pre>
 
@@ -136,23 +155,29 @@ class _Counter(HTMLParser):
             return
         attributes = dict(attrs)
         classes = set((attributes.get("class") or "").split())
-        hidden = unseen = 0
-        folded = False
+        hidden = unseen = depth = 0
+        folded = depth_section = False
         if tag in _NOT_PROSE or classes & _NOT_PROSE_CLASSES:
             hidden = 1
+        elif tag == "details" and "open" not in attributes and "lab-depth" in classes:
+            depth, depth_section = 1, True  # read, off the main line: all but its summary (the heading)
         elif tag == "details" and "open" not in attributes:
             hidden, folded = 1, True  # folded: only its summary is on the main line
         elif tag == "summary" and self._open and self._open[-1][4]:
             hidden = -1  # the summary of a folded block is read
+        elif tag == "summary" and self._open and self._open[-1][6]:
+            depth = -1  # the heading of a folded "In depth" section is where the main line passes it
         if "tabbed-block" in classes:
             tabs = next((entry for entry in reversed(self._open) if entry[3] is not None), None)
             if tabs is not None:
                 tabs[3] += 1
                 if tabs[3] > 1:
                     hidden = unseen = 1  # another GPU's tab: shown only when chosen
-        self._open.append([tag, hidden, unseen, 0 if "tabbed-content" in classes else None, folded])
+        self._open.append([tag, hidden, unseen, 0 if "tabbed-content" in classes else None, folded, depth,
+                           depth_section])
         self._hidden += hidden
         self._unseen += unseen
+        self._depth += depth
         if tag == "pre" and "mermaid" not in classes and self._code is None and not self._unseen:
             self._code, self._code_depth = [], len(self._open)  # a diagram is no code
 
@@ -166,6 +191,7 @@ class _Counter(HTMLParser):
             entry = self._open.pop()
             self._hidden -= entry[1]
             self._unseen -= entry[2]
+            self._depth -= entry[5]
             if self._code is not None and len(self._open) < self._code_depth:
                 text = "".join(self._code).strip("\n")
                 self.code_lines += len(text.splitlines()) if text else 0
@@ -177,16 +203,34 @@ class _Counter(HTMLParser):
         if self._code is not None:
             self._code.append(data)
         elif self._hidden <= 0 and not self._unseen:
-            self.words += len(data.split())
+            if self._depth > 0:
+                self.depth_words += len(data.split())
+            else:
+                self.words += len(data.split())
 
 
-def reading_line(page_html: str) -> str:
-    """The line shown under a page's title, e.g. "About 12 minutes of prose · 340 lines of code"."""
+def count(page_html: str) -> _Counter:
+    """The counts of a page's (or a section's) HTML: its words, on the main line and in depth, and its code."""
     counter = _Counter()
     counter.feed(_STALE_NOTE.sub(r'<div class="admonition warning lab-stale">\1', page_html))
     counter.close()
-    minutes = max(1, math.ceil(counter.words / WORDS_PER_MINUTE))
-    text = f"About {minutes} minute{'s' if minutes != 1 else ''} of prose"
+    return counter
+
+
+def minutes(words: int) -> int:
+    """How long ``words`` of prose take to read, in whole minutes (at least 1)."""
+    return max(1, math.ceil(words / WORDS_PER_MINUTE))
+
+
+def reading_line(page_html: str) -> str:
+    """The line shown under a page's title, e.g. "About 12 minutes of prose · 340 lines of code",
+    or, on a page with folded "In depth" sections, "About 25 min main line · 20 min in depth · …"."""
+    counter = count(page_html)
+    main = minutes(counter.words)
+    if counter.depth_words:
+        text = f"About {main} min main line · {minutes(counter.depth_words)} min in depth"
+    else:
+        text = f"About {main} minute{'s' if main != 1 else ''} of prose"
     if counter.code_lines:
         text += f" · {counter.code_lines:,} lines of code"
     return text
@@ -259,10 +303,86 @@ def on_page_content(html_text: str, page, config, files) -> str:
     html_text = link_sources(html_text, page.url, page.file.src_uri)
     if not page.file.src_uri.endswith(".md"):
         return html_text  # a notebook carries its own layout: its links, no reading time
+    html_text = fold_depth(html_text)
     line = f'<p class="lab-reading-time">{reading_line(html_text)}</p>'
     html_text = _LISTING.sub(_folded, html_text)
-    html_text = _DEPTH_HEADING.sub(r'<\1 id="\2" class="lab-depth">In depth: ', html_text)
     return _FIRST_H1.sub(lambda m: m.group(1) + line, html_text, count=1)
+
+
+class _Outline(HTMLParser):
+    """The headings at the top level of a page's content, as ``(offset, level)``, and where its
+    footnotes start (``end``: no section runs into them)."""
+
+    def __init__(self, text: str):
+        super().__init__(convert_charrefs=False)
+        self._starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        self._open: list[str] = []
+        self.headings: list[tuple[int, int]] = []
+        self.end = len(text)
+        self.feed(text)
+        self.close()
+
+    def _offset(self) -> int:
+        line, column = self.getpos()
+        return self._starts[line - 1] + column
+
+    def handle_starttag(self, tag, attrs):
+        if tag in _VOID:
+            return
+        if not self._open:
+            if re.fullmatch(r"h[1-6]", tag):
+                self.headings.append((self._offset(), int(tag[1])))
+            elif tag == "div" and "footnote" in (dict(attrs).get("class") or "").split():
+                self.end = min(self.end, self._offset())
+        self._open.append(tag)
+
+    def handle_endtag(self, tag):
+        if tag in self._open:  # a stray end tag closes nothing
+            while self._open.pop() != tag:
+                pass
+
+
+def _depth_note(section_html: str) -> str:
+    words = count(section_html).words
+    return (f'<span class="lab-depth-note">About {minutes(words)} min · '
+            "folded: open to read</span>")
+
+
+def fold_depth(html_text: str) -> str:
+    """Every "In depth: ..." section of a page's content folded into a closed ``details.lab-depth``
+    whose summary is its heading (see the module)."""
+    outline = _Outline(html_text)
+    out: list[str] = []
+    sections: list[tuple[int, int]] = []  # the open depth sections: (level, index of their summary's note in out)
+    position = 0
+
+    def close_section() -> None:
+        _, note = sections.pop()
+        out[note] = _depth_note("".join(out[note + 1:]))
+        out.append("</details>")
+
+    for offset, level in outline.headings:
+        if offset >= outline.end:
+            break
+        heading = _HEADING.match(html_text, offset)
+        if heading is None:
+            continue
+        out.append(html_text[position:offset])
+        while sections and sections[-1][0] >= level:
+            close_section()
+        text = html.unescape(re.sub(r"<[^>]+>", "", heading.group(0))).strip()
+        if level in _DEPTH_LEVELS and text.startswith(DEPTH_PREFIX):
+            out.append(f'<details class="lab-depth"><summary>{heading.group(0)}')
+            sections.append((level, len(out)))
+            out.extend(["", "</summary>"])
+        else:
+            out.append(heading.group(0))
+        position = heading.end()
+    out.append(html_text[position:outline.end])
+    while sections:
+        close_section()
+    out.append(html_text[outline.end:])
+    return "".join(out)
 
 
 def _folded(listing: re.Match[str]) -> str:
