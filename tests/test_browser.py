@@ -13,8 +13,9 @@ Within the same visit, at a 1400 px window, every table (those of every tab and 
 fold too: they are shown for the check) must keep its numbers inside the text column,
 so no reader scrolls sideways for a figure, and no header may hold a metric identifier
 (a word with an underscore outside code, or an identifier of ``examples/lab/metrics.py``
-that is not a word); then at 390 px (a phone) the page itself must not scroll sideways.
-Chapter 6, opened at a link to a heading inside a folded "In depth" section, opens it.
+that is not a word); every plot must carry hover values and no axis, tick or legend text
+in e-notation or naming an identifier, and every page of the book its reading time; then
+at 390 px (a phone) the page itself must not scroll sideways. Chapter 6, opened at a link to a heading inside a folded "In depth" section, opens it.
 These width checks run in the light pass only: a palette changes colours, not widths.
 
 Each pass opens its pages one after the other in one tab (a page is a new document
@@ -202,6 +203,27 @@ TABLES_JS = """(notWords) => {
   return found;
 }"""
 
+# Every plot as the reader's browser draws it: a hover value (an SVG <title>) on its points, no
+# axis, tick or legend text in e-notation or naming an identifier; and the page's reading time.
+FIGURES_JS = """(notWords) => {
+  const words = new Set(notWords);
+  const found = {plots: 0, problems: [], reading_time: !!document.querySelector("article .lab-reading-time")};
+  for (const svg of document.querySelectorAll("article figure.lab-plot svg")) {
+    found.plots++;
+    const name = (svg.getAttribute("aria-label") || "a plot").split(":")[0];
+    if (!svg.querySelector("title")) found.problems.push(`plot "${name}": no hover value on any point`);
+    for (const text of svg.querySelectorAll("text")) {
+      const t = text.textContent.replace(/\\s+/g, " ").trim();
+      if (/\\d(\\.\\d+)?e[+-]?\\d/i.test(t)) found.problems.push(`plot "${name}": e-notation ${JSON.stringify(t)}`);
+      const bare = t.replace(/\\s*\\([^()]*\\)$/, "");
+      if (/[A-Za-z0-9]_[A-Za-z0-9]/.test(t) || words.has(bare)) {
+        found.problems.push(`plot "${name}": ${JSON.stringify(t)} is an identifier, not words`);
+      }
+    }
+  }
+  return found;
+}"""
+
 # The page scrolls sideways: how far, and the widest elements that stick out (none scrolls them).
 PAGE_OVERFLOW_JS = """() => {
   const root = document.documentElement;
@@ -308,7 +330,7 @@ def test_every_page_renders_cleanly(scheme, browser, server, site):
     visit = _Visit(context, server, site)
     not_words = sorted(metrics.not_words())
     report = []
-    tables = numeric = 0
+    tables = numeric = plots = 0
     depth_checked = False
     try:
         page = context.new_page()  # one tab: each page of the pass is opened in it in turn
@@ -348,6 +370,11 @@ def test_every_page_renders_cleanly(scheme, browser, server, site):
             # still opens its pages at 1400 px for what a palette does change).
             laid = {"tables": 0, "numeric": 0, "overflowing": [], "identifiers": []}
             if scheme == "default":
+                drawn = page.evaluate(FIGURES_JS, not_words)
+                plots += drawn["plots"]
+                visit.problems += [f"{path}: {text}" for text in drawn["problems"]]
+                if not drawn["reading_time"] and not path.startswith("/notebooks/") and path != "/404.html":
+                    visit.problems.append(f"{path}: no reading time under the title")
                 laid = page.evaluate(TABLES_JS, not_words)
                 page.set_viewport_size(PHONE)
                 wide = page.evaluate(PAGE_OVERFLOW_JS)
@@ -374,6 +401,7 @@ def test_every_page_renders_cleanly(scheme, browser, server, site):
     # The table checks must check something: the book's pages hold tables of numbers.
     if scheme == "default":
         assert tables and numeric, f"no table with numbers on the {len(pages)} pages: the width check is vacuous"
+        assert plots > 10, f"only {plots} plots on the {len(pages)} pages: the plot checks are vacuous"
         assert depth_checked, f"{DEPTH_LINK[0]} was not among the pages: the folded-link check is vacuous"
     problems = visit.problems + [f"request to a foreign host, aborted: {url}" for url in dict.fromkeys(visit.foreign)]
     assert not problems, f"{len(problems)} problems in the '{scheme}' palette:\n" + "\n".join(problems)

@@ -112,7 +112,7 @@ def test_an_in_depth_section_is_folded_under_its_own_heading():
             '<h2 id="last">In depth: last</h2><p>l</p>'
             '<div class="footnote"><ol><li id="fn:1">f</li></ol></div>')
     out = reading.fold_depth(page)
-    note = r'<span class="lab-depth-note">About 1 min · folded: open to read</span>'
+    note = r'<span class="lab-depth-note" data-search-exclude>About 1 min · folded: open to read</span>'
     assert re.fullmatch(
         '<h1 id="t">T</h1><p>intro</p><h2 id="a">A</h2><p>a</p>'
         '<details class="lab-depth"><summary><h2 id="old-anchor">In depth: D<a class="headerlink" '

@@ -344,7 +344,8 @@ class _Outline(HTMLParser):
 
 def _depth_note(section_html: str) -> str:
     words = count(section_html).words
-    return (f'<span class="lab-depth-note">About {minutes(words)} min · '
+    # Not searched: a reader searches the book's words, not its reading times.
+    return (f'<span class="lab-depth-note" data-search-exclude>About {minutes(words)} min · '
             "folded: open to read</span>")
 
 
