@@ -343,6 +343,23 @@ def site(built_site) -> Path:
     return built_site
 
 
+#: Open every folded section (a closed ``details``, such as an "In depth" section) around an element,
+#: as a reader does by tapping its summary: a calculator may sit in one.
+OPEN_FOLDS_JS = """(selector) => {
+  const el = document.querySelector(selector);
+  for (let d = el && el.closest("details"); d; d = d.parentElement.closest("details")) d.open = true;
+  return !!el;
+}"""
+
+
+def open_calculator(page, name: str) -> None:
+    """Wait for calculator ``name`` to be attached, open any fold around it, and wait until it is ready."""
+    selector = f'[data-lab-calculator="{name}"]'
+    page.wait_for_selector(selector, state="attached", timeout=20_000)
+    page.evaluate(OPEN_FOLDS_JS, selector)
+    page.wait_for_selector(f'{selector}[data-state="ok"]', timeout=20_000)
+
+
 @pytest.fixture(scope="module")
 def pages(site):
     """One open Chromium page per calculator, on the built site served locally."""
@@ -359,7 +376,7 @@ def pages(site):
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.on("console", lambda m: m.type == "error" and errors.append(m.text))
             page.goto(f"{origin}/{page_name}/")
-            page.wait_for_selector(f'[data-lab-calculator="{name}"][data-state="ok"]', timeout=20_000)
+            open_calculator(page, name)
             opened[name] = page
         yield opened, errors
         chromium.close()
@@ -471,7 +488,7 @@ def test_reset_brings_back_the_measured_values_and_the_address_keeps_what_the_re
     # history.replaceState: read the address from the page, waiting for it
     page.wait_for_function("() => location.search.includes('launch_budget.layers=64')", timeout=5_000)
     page.reload()
-    page.wait_for_selector('[data-lab-calculator="launch_budget"][data-state="ok"]', timeout=20_000)
+    open_calculator(page, "launch_budget")
     assert widget.locator('input[name="layers"]').input_value() == "64", "the address restored it"
     widget.locator(".lab-calc__reset").click()
     assert widget.evaluate(READ_JS)["values"] == start["values"]
@@ -804,7 +821,7 @@ def test_the_marker_reads_on_a_phone_in_either_palette(pages):
         requests: list[str] = []
         page.on("request", lambda r: requests.append(r.url))
         page.goto(f"{origin}/stack/")
-        page.wait_for_selector('[data-lab-calculator="roofline"][data-state="ok"]', timeout=20_000)
+        open_calculator(page, "roofline")
         page.locator('[data-lab-calculator="roofline"] input[name="bytes"]').fill("4e9")
         for scheme in ("default", "slate"):
             page.evaluate(f"document.body.setAttribute('data-md-color-scheme', '{scheme}')")
