@@ -155,6 +155,9 @@ def test_the_script_that_opens_a_folded_section_for_a_link_is_loaded_on_every_pa
 #: Chapters whose main line stays above :data:`MAIN_LINE_MINUTES`, with the reason (none fold further
 #: without folding what the chapter's opening promises and its "What to remember" relies on).
 LONG_MAIN_LINES = {
+    "collectives": (34, "the opening promises NVLink told from PCIe and the network: the section that scales "
+                        "the ring from 2 GPUs to 8 and to several hosts, with its calculator, stays on the main "
+                        "line, as do the four-GPU section's summary and the protocols' one-line definition"),
     "capstone": (33, "every remaining section is one the opening promises (speed of light, the ladder, the "
                      "time split, int8, the book's kernels with PDL, tensor parallelism)"),
 }
