@@ -158,7 +158,7 @@ LONG_MAIN_LINES = {
     "collectives": (34, "the opening promises NVLink told from PCIe and the network: the section that scales "
                         "the ring from 2 GPUs to 8 and to several hosts, with its calculator, stays on the main "
                         "line, as do the four-GPU section's summary and the protocols' one-line definition"),
-    "capstone": (33, "every remaining section is one the opening promises (speed of light, the ladder, the "
+    "capstone": (34, "every remaining section is one the opening promises (speed of light, the ladder, the "
                      "time split, int8, the book's kernels with PDL, tensor parallelism)"),
 }
 MAIN_LINE_MINUTES = 30

@@ -57,6 +57,7 @@ _NOT_PROSE_CLASSES = {"arithmatex", "mermaid", "lab-plot", "lab-timeline", "lab-
                       "lab-provenance", "lab-caption", "lab-claims", "lab-claim", "lab-claim-contradicted",
                       "lab-rows",  # a table of records' row groups, their summaries included
                       "lab-stale",  # a record's note that newer code has not measured it yet (below)
+                      "lab-depth-note",  # a fold's own reading time, in its summary
                       "lab-depth-note",  # a folded section's length, beside its heading
                       "tabbed-labels"}  # the tabs' names (one per GPU): controls, not prose
 #: A record's stale-code note: a warning box the records hook writes above its table or plot.
@@ -303,9 +304,10 @@ def on_page_content(html_text: str, page, config, files) -> str:
     html_text = link_sources(html_text, page.url, page.file.src_uri)
     if not page.file.src_uri.endswith(".md"):
         return html_text  # a notebook carries its own layout: its links, no reading time
-    html_text = fold_depth(html_text)
+    # Counted on the page as it is shown: listings and depth sections folded (a folded block's
+    # summary is read, its body is not).
+    html_text = _LISTING.sub(_folded, fold_depth(html_text))
     line = f'<p class="lab-reading-time">{reading_line(html_text)}</p>'
-    html_text = _LISTING.sub(_folded, html_text)
     return _FIRST_H1.sub(lambda m: m.group(1) + line, html_text, count=1)
 
 
