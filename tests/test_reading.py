@@ -127,6 +127,19 @@ def test_an_in_depth_section_is_folded_under_its_own_heading():
     assert reading.fold_depth("<h1>T</h1><h3>Depth, in</h3><p>x</p>") == "<h1>T</h1><h3>Depth, in</h3><p>x</p>"
 
 
+def test_a_folded_section_s_teaser_says_what_it_holds_in_its_summary(built_site):
+    out = reading.fold_depth('<h1 id="t">T</h1><h2 id="a" data-teaser="Why X, and what it costs.">In depth: a</h2>'
+                             '<p>body</p>')
+    assert '<summary><h2 id="a">In depth: a</h2><span class="lab-depth-teaser">Why X, and what it costs.</span>' in out
+    assert "data-teaser" not in out
+    # Chapters 6 and 9 give every fold a teaser (their cold readers asked what each holds).
+    for chapter in ("collectives", "capstone"):
+        page = (built_site / chapter / "index.html").read_text(encoding="utf-8")
+        folds = re.findall(r'<details class="lab-depth"><summary>(.*?)</summary>', page, flags=re.S)
+        assert folds and all('class="lab-depth-teaser"' in f for f in folds), chapter
+        assert "data-teaser" not in page
+
+
 def test_a_folded_section_s_prose_counts_in_depth_and_its_heading_on_the_main_line():
     words = " ".join(["word"] * reading.WORDS_PER_MINUTE)
     page = reading.fold_depth(f'<h1>Title</h1><p>{words}</p><h2 id="d">In depth: two words</h2>'

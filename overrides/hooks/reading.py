@@ -375,7 +375,11 @@ def fold_depth(html_text: str) -> str:
             close_section()
         text = html.unescape(re.sub(r"<[^>]+>", "", heading.group(0))).strip()
         if level in _DEPTH_LEVELS and text.startswith(DEPTH_PREFIX):
-            out.append(f'<details class="lab-depth"><summary>{heading.group(0)}')
+            # A teaser (the heading's data-teaser, from attr_list) says in the summary what the
+            # fold holds and why a reader might open it.
+            shown, teaser = _teaser(heading.group(0))
+            teaser = f'<span class="lab-depth-teaser">{teaser}</span>' if teaser else ""
+            out.append(f'<details class="lab-depth"><summary>{shown}{teaser}')
             sections.append((level, len(out)))
             out.extend(["", "</summary>"])
         else:
@@ -386,6 +390,17 @@ def fold_depth(html_text: str) -> str:
         close_section()
     out.append(html_text[outline.end:])
     return "".join(out)
+
+
+_TEASER = re.compile(r'\s+data-teaser="([^"]*)"')
+
+
+def _teaser(heading_html: str) -> tuple[str, str]:
+    """A heading less its ``data-teaser`` attribute, and that attribute's text ("" if none)."""
+    found = _TEASER.search(heading_html)
+    if found is None:
+        return heading_html, ""
+    return heading_html[:found.start()] + heading_html[found.end():], found.group(1)
 
 
 def _folded(listing: re.Match[str]) -> str:
