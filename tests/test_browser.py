@@ -163,9 +163,15 @@ INSPECT_JS = """() => {
 }"""
 
 
+# The rule for text a reader sees outside code (the Python twin: tests/hook_support.is_identifier):
+# a word with an underscore, or, less its unit in brackets, an identifier of metrics.py that is not a word.
+IS_IDENTIFIER_JS = """(words, text) => /[A-Za-z0-9]_[A-Za-z0-9]/.test(text) ||
+  words.has(text.replace(/\\s*\\([^()]*\\)$/, ""))"""
+
 # Every table, with every tab shown and every fold open for the measure (restored after): numeric
 # cells past their scroll box's right edge, and headers holding an identifier instead of words.
 TABLES_JS = """(notWords) => {
+  const isIdentifier = IS_IDENTIFIER;
   const style = document.createElement("style");
   style.textContent = ".md-typeset .tabbed-block { display: block !important; }";
   document.head.append(style);
@@ -192,8 +198,7 @@ TABLES_JS = """(notWords) => {
                              `${Math.round(widest - box.right)} px past the text column`);
     }
     for (const head of heads) {
-      const bare = head.replace(/\\s*\\([^()]*\\)$/, "");  // less the unit: "time per token (ms)"
-      if (/[A-Za-z0-9]_[A-Za-z0-9]/.test(head) || words.has(bare)) {
+      if (isIdentifier(words, head)) {
         found.identifiers.push(`table [${name}]: header ${JSON.stringify(head)} is an identifier, not words`);
       }
     }
@@ -201,11 +206,12 @@ TABLES_JS = """(notWords) => {
   closed.forEach(d => { d.open = false; });
   style.remove();
   return found;
-}"""
+}""".replace("IS_IDENTIFIER", IS_IDENTIFIER_JS)
 
 # Every plot as the reader's browser draws it: a hover value (an SVG <title>) on its points, no
 # axis, tick or legend text in e-notation or naming an identifier; and the page's reading time.
 FIGURES_JS = """(notWords) => {
+  const isIdentifier = IS_IDENTIFIER;
   const words = new Set(notWords);
   const found = {plots: 0, problems: [], reading_time: !!document.querySelector("article .lab-reading-time")};
   for (const svg of document.querySelectorAll("article figure.lab-plot svg")) {
@@ -215,14 +221,13 @@ FIGURES_JS = """(notWords) => {
     for (const text of svg.querySelectorAll("text")) {
       const t = text.textContent.replace(/\\s+/g, " ").trim();
       if (/\\d(\\.\\d+)?e[+-]?\\d/i.test(t)) found.problems.push(`plot "${name}": e-notation ${JSON.stringify(t)}`);
-      const bare = t.replace(/\\s*\\([^()]*\\)$/, "");
-      if (/[A-Za-z0-9]_[A-Za-z0-9]/.test(t) || words.has(bare)) {
+      if (isIdentifier(words, t)) {
         found.problems.push(`plot "${name}": ${JSON.stringify(t)} is an identifier, not words`);
       }
     }
   }
   return found;
-}"""
+}""".replace("IS_IDENTIFIER", IS_IDENTIFIER_JS)
 
 # The page scrolls sideways: how far, and the widest elements that stick out (none scrolls them).
 PAGE_OVERFLOW_JS = """() => {

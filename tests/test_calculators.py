@@ -87,22 +87,15 @@ def across_runs(records: Path, topic: str, where: dict, metric: str, case_key: b
             if r.machine.slug == PRIMARY and r.topic == topic]
     # A multi-GPU topic's runs on 2 and on 4 GPUs are separate machines; the page's is the fewest GPUs.
     fewest = min((r.machine.gpu_count for r in mine), default=0)
-    # As on the pages: where some runs of that machine were made by the code as it is now, only
-    # those count; else only the newest measured version's (examples.lab.records.book_figures' rule).
+    # As on the pages: the runs counted_runs counts (today's code where it has runs, else the
+    # newest version measured).
     from examples.lab.provenance import source_sha256
+    from examples.lab.records import counted_runs
     from examples.lab.registry import EXAMPLES_ROOT
 
     code = source_sha256(EXAMPLES_ROOT.joinpath(*topic.split(".")).with_suffix(".py"))
-    mine = [r for r in mine if r.machine.gpu_count == fewest]
-    current = [r for r in mine if r.source_sha256 == code]
-    if current:
-        mine = current
-    elif mine:
-        newest = max(mine, key=lambda r: (r.run.date, r.run.id)).source_sha256
-        mine = [r for r in mine if r.source_sha256 == newest]
-    for record in mine:
-        if record.machine.gpu_count != fewest:
-            continue
+    mine = sorted((r for r in mine if r.machine.gpu_count == fewest), key=lambda r: (r.run.date, r.run.id))
+    for record in counted_runs(mine, version=lambda r: r.source_sha256, is_current=lambda r: r.source_sha256 == code):
         (row,) = [r for r in record.results if all(r.case.get(k) == v for k, v in where.items())]
         values.append(row.case[metric] if case_key else row.metrics[metric].median)
     assert values, (topic, where)

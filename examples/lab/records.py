@@ -23,7 +23,7 @@ import os
 import tempfile
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Literal, NamedTuple, Union
+from typing import Annotated, Callable, Literal, NamedTuple, Sequence, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -418,6 +418,22 @@ def _umask() -> int:
 BOOK_RECORDS = Path(__file__).resolve().parents[2] / "docs" / "records"
 
 
+_Counted = TypeVar("_Counted")  # a run as its caller holds it: a site entry, a (path, record) pair
+
+
+def counted_runs(runs: Sequence[_Counted], *, version: Callable[[_Counted], str | None],
+                 is_current: Callable[[_Counted], bool]) -> list[_Counted]:
+    """Of one GPU kind's runs of a topic, oldest first, those whose figures the book shows: the
+    runs of the code as it is now where there are any, else those of the newest code version
+    that was measured (never a mix of versions). The site's groups, the pages' doctests and the
+    tests that recompute a figure all count runs by this rule."""
+    current = [run for run in runs if is_current(run)]
+    if current or not runs:
+        return current
+    newest = version(runs[-1])
+    return [run for run in runs if version(run) == newest]
+
+
 class RunFigure(NamedTuple):
     """One committed run's median of a metric: the pages' doctests check bounds over these."""
 
@@ -439,14 +455,14 @@ def book_figures(topic: str, metric: str, machine: str | None = None, *, root: P
     source = EXAMPLES_ROOT.joinpath(*topic.split(".")).with_suffix(".py")
     current = source_sha256(source) if source.is_file() else None
     runs = [(path, _load_unchanged(path)) for path in sorted(root.glob(f"{machine or '*'}/{topic}/*.json"))]
-    counted: dict[tuple[str, int], str | None] = {}  # (kind, GPU count) -> the code version that counts
-    for path, record in sorted(runs, key=lambda run: (run[1].run.date, run[0].stem)):
-        kind = (path.parts[-3], record.machine.gpu_count)
-        if kind not in counted or counted[kind] != current:  # a current run decides; else the newest
-            counted[kind] = record.source_sha256
+    kinds: dict[tuple[str, int], list[tuple[Path, Record]]] = {}  # (kind, GPU count) -> its runs, oldest first
+    for run in sorted(runs, key=lambda run: (run[1].run.date, run[0].stem)):
+        kinds.setdefault((run[0].parts[-3], run[1].machine.gpu_count), []).append(run)
+    counted = {path for of_kind in kinds.values()
+               for path, _ in counted_runs(of_kind, version=lambda run: run[1].source_sha256,
+                                           is_current=lambda run: run[1].source_sha256 == current)}
     return [RunFigure(path.parts[-3], record.machine.gpu_count, path.stem, row.metrics[metric].median)
-            for path, record in runs
-            if record.source_sha256 == counted[(path.parts[-3], record.machine.gpu_count)]
+            for path, record in runs if path in counted
             for row in record.results
             if metric in row.metrics and all(row.case.get(k) == v for k, v in case.items())]
 

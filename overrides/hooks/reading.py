@@ -32,6 +32,7 @@ A MkDocs 1.x hook (``hooks:`` in mkdocs.yml).
 """
 from __future__ import annotations
 
+import functools
 import html
 import math
 import os
@@ -57,7 +58,6 @@ _NOT_PROSE_CLASSES = {"arithmatex", "mermaid", "lab-plot", "lab-timeline", "lab-
                       "lab-provenance", "lab-caption", "lab-claims", "lab-claim", "lab-claim-contradicted",
                       "lab-rows",  # a table of records' row groups, their summaries included
                       "lab-stale",  # a record's note that newer code has not measured it yet (below)
-                      "lab-depth-note",  # a fold's own reading time, in its summary
                       "lab-depth-note",  # a folded section's length, beside its heading
                       "tabbed-labels"}  # the tabs' names (one per GPU): controls, not prose
 #: A record's stale-code note: a warning box the records hook writes above its table or plot.
@@ -103,10 +103,12 @@ def example_files(root: Path = EXAMPLES) -> list[Path]:
                               for part in path.relative_to(root).parts))
 
 
+@functools.cache
 def _by_name() -> dict[str, str]:
     """``{file name: examples/…/file name}`` for the names that are one file of the repository,
     and that file one of the examples': a bare ``ring_allreduce.py`` is that example, a bare
-    ``records.py`` could be the runner's or the site's and is left unlinked."""
+    ``records.py`` could be the runner's or the site's and is left unlinked. Walked once a build
+    (:func:`on_pre_build` forgets it: ``mkdocs serve`` builds again after a file changes)."""
     count: dict[str, int] = {}
     for folder, subfolders, names in os.walk(REPO):
         subfolders[:] = [d for d in subfolders if not d.startswith(".") and d not in _NOT_SOURCE_DIRS]
@@ -298,6 +300,10 @@ def link_sources(html_text: str, page_url: str, where: str) -> str:
         last = pre.end()
     out.append(_INLINE_CODE.sub(inline, html_text[last:]))
     return _EXAMPLE_TITLE.sub(titled, "".join(out))
+
+
+def on_pre_build(config) -> None:
+    _by_name.cache_clear()
 
 
 def on_page_content(html_text: str, page, config, files) -> str:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from examples.lab.provenance import source_sha256
-from examples.lab.records import Record, RecordError, load_record, record_files
+from examples.lab.records import Record, RecordError, counted_runs, load_record, record_files
 
 from lab_site import LabError
 
@@ -298,11 +298,7 @@ def group_runs(entries: Iterable[Entry], repo_root: Path) -> list[Group]:
     groups = []
     for (index, _slug, topic), runs in by_key.items():
         runs.sort(key=lambda e: (e.record.run.date, e.run_id))
-        current = tuple(e for e in runs if not e.stale)
-        # No current run: the newest measured version of the code speaks (its runs are the
-        # last figures the book had); runs of still older versions would mix two codes' figures.
-        newest = runs[-1].record.source_sha256
-        shown = current or tuple(e for e in runs if e.record.source_sha256 == newest)
+        shown = tuple(counted_runs(runs, version=lambda e: e.record.source_sha256, is_current=lambda e: not e.stale))
         counted = {id(e) for e in shown}
         left_out = tuple(e for e in runs if id(e) not in counted)
         groups.append(Group(roots[index], topic, shown, left_out, multi[topic]))
