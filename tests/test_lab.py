@@ -23,6 +23,16 @@ CPU = torch.device("cpu")
 REPO = Path(__file__).resolve().parents[1]
 
 
+# -- the profiler's after-effect ------------------------------------------------
+def test_the_harness_tears_cupti_down_after_each_profiler_session():
+    """Kineto reads TEARDOWN_CUPTI when a session stops; a child that imports only the harness
+    must have it set to 1, whatever the parent's environment said."""
+    env = {**os.environ, "TEARDOWN_CUPTI": "0"}
+    shown = subprocess.run([sys.executable, "-c", "import os, examples.lab.harness; print(os.environ['TEARDOWN_CUPTI'])"],
+                           cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert shown == "1"
+
+
 # -- timers -------------------------------------------------------------------
 def test_host_sync_samples_are_sane():
     pause_s = 0.002
