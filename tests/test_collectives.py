@@ -3,6 +3,7 @@ ring against dist.all_reduce (gloo, 2 to 4 CPU processes), DDP's overlap."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -226,6 +227,19 @@ def _ddp_left_in_a_cycle(config, device):
     weakref.finalize(model, collected)
     del model
     return {}
+
+
+def _teardown_setting(config, device):
+    return {"teardown": os.environ.get("TEARDOWN_CUPTI")}
+
+
+@pytest.mark.usefixtures("ranks_from_a_forkserver")
+def test_spawned_ranks_leave_cupti_as_torch_does_and_the_lab_tears_it_down():
+    """The lab's process detaches CUPTI after each profiler session (examples.lab.kernels); a
+    rank it spawns lives for one group only and keeps torch's default, which the profiler
+    studies of ddp_overlap and ddp_probe describe (a process's first trace starts CUPTI)."""
+    assert os.environ["TEARDOWN_CUPTI"] == "1"
+    assert ring.spawn(_teardown_setting, 2, "gloo", {})["teardown"] == "0"
 
 
 def test_rank_teardown_frees_ddp_before_the_process_group():  # spawned: its ranks exit as an interpreter does

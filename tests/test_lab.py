@@ -26,11 +26,13 @@ REPO = Path(__file__).resolve().parents[1]
 # -- the profiler's after-effect ------------------------------------------------
 def test_the_harness_tears_cupti_down_after_each_profiler_session():
     """Kineto reads TEARDOWN_CUPTI when a session stops; a child that imports only the harness
-    must have it set to 1, whatever the parent's environment said."""
+    must have it set to 1, whatever the parent's environment said, and every profiler session
+    must settle (let Kineto's teardown find its CUDA call) as it stops."""
     env = {**os.environ, "TEARDOWN_CUPTI": "0"}
-    shown = subprocess.run([sys.executable, "-c", "import os, examples.lab.harness; print(os.environ['TEARDOWN_CUPTI'])"],
-                           cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout.strip()
-    assert shown == "1"
+    shown = subprocess.run([sys.executable, "-c", "import os, examples.lab.harness, torch.profiler as p; "
+                            "print(os.environ['TEARDOWN_CUPTI'], p.profile.stop.settles)"],
+                           cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert shown == ["1", "True"]
 
 
 # -- timers -------------------------------------------------------------------

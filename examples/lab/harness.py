@@ -23,15 +23,6 @@ from examples.lab.load import LoadMonitor
 from examples.lab.records import SCHEMA_VERSION, Check, Method, Metric, Record, RecordError, Row, Scalar
 from examples.lab.stats import summarize
 
-#: PyTorch's profiler leaves CUPTI attached to the process when a session ends, and every
-#: later launch pays for its callbacks: on an H200, launches timed after a profiler session
-#: cost 1.3-1.4x more (the book's own probe; pytorch/pytorch#144455, #146604). A lab run
-#: profiles in most topics, so without this a launch figure would depend on which topics ran
-#: before it. With ``TEARDOWN_CUPTI=1`` Kineto finalizes CUPTI when a session stops (it reads
-#: the variable then, so setting it before any topic runs is enough). Torch sets it back to 0
-#: only for CUDA graphs on CUDA < 12.6 (torch/profiler/profiler.py).
-os.environ["TEARDOWN_CUPTI"] = "1"
-
 #: Seconds to each display unit.
 TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
 

@@ -9,10 +9,58 @@ for the reader, not a check, so a profiler that fails is noted, not raised.
 """
 from __future__ import annotations
 
+import functools
+import os
 import time
 from typing import Callable, NamedTuple
 
 import torch
+
+# --8<-- [start:teardown]
+#: PyTorch's profiler leaves CUPTI attached to the process when a session ends, and every
+#: later launch pays for its callbacks: on an H200, launches timed after a profiler session
+#: cost 1.3-1.4x more (the book's own probe; pytorch/pytorch#144455, #146604). A lab run
+#: profiles in most topics, so a launch figure would depend on which topics ran before it.
+#: With ``TEARDOWN_CUPTI=1``, Kineto detaches CUPTI when a session stops: a thread of its own
+#: waits for the next CUDA runtime call and finalizes CUPTI as that call returns (Kineto's
+#: CuptiActivityApi::teardownContext). Torch sets the variable back to 0 only for CUDA graphs
+#: on CUDA < 12.6 (torch/profiler/profiler.py).
+os.environ["TEARDOWN_CUPTI"] = "1"
+
+#: Pauses (s) between the runtime calls that let that teardown finish. A session that starts
+#: while the last one's teardown still waits for its runtime call blocks for Kineto's 10 s
+#: timeout and then traces no GPU work at all (seen on an H200: 'ran nothing on the GPU').
+SETTLE_PAUSES = (0.0005, 0.001, 0.002, 0.004, 0.008)
+
+
+def _settling(stop: Callable) -> Callable:
+    """``profile.stop``, then a few CUDA runtime calls (``cudaDeviceSynchronize``) a few
+    milliseconds apart, so that Kineto's teardown thread finds its call and finishes."""
+
+    @functools.wraps(stop)
+    def stop_and_settle(self, *args, **kwargs):
+        result = stop(self, *args, **kwargs)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            for pause in SETTLE_PAUSES:
+                time.sleep(pause)
+                torch.cuda.synchronize()
+        return result
+
+    stop_and_settle.settles = True
+    return stop_and_settle
+
+
+def _settle_every_session() -> None:
+    """Every ``torch.profiler.profile`` of this process (an example's own too) settles as it
+    stops; a rank of a multi-GPU topic imports this module as its parent does."""
+    from torch.profiler import profile
+
+    if not getattr(profile.stop, "settles", False):
+        profile.stop = _settling(profile.stop)
+
+
+_settle_every_session()
+# --8<-- [end:teardown]
 
 
 class GpuOp(NamedTuple):
