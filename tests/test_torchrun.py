@@ -201,3 +201,29 @@ def test_the_sbatch_script_starts_one_torchrun_per_node(tmp_path):
     unset = subprocess.run(["bash", str(SBATCH)], cwd=REPO, env={"PATH": env["PATH"]},
                            capture_output=True, text=True, timeout=30)
     assert unset.returncode != 0 and "run this script with sbatch" in unset.stderr
+
+
+# -- on GPUs: the two launchers, one record ------------------------------------
+GPU_PAIR = Path(__file__).resolve().parent / "fixtures" / "torchrun-vs-spawn"
+
+
+def test_torchrun_on_one_node_reproduced_the_spawn_paths_record():
+    """What a two-GPU machine showed (2 x H200, 2026-11-27, code of 8d2e8f4): the ring topic run by
+    the lab's one command and by ``torchrun --nproc-per-node 2`` on the same machine. Both records
+    load (the schema's checks), measured the same code, passed the same correctness checks, and
+    hold the same cases with the same metrics; only the launch note tells them apart."""
+    from examples.lab.records import parse_record
+
+    spawned, launched = (parse_record((GPU_PAIR / f"{name}.json").read_text(), name) for name in ("spawn", "torchrun"))
+    assert spawned.topic == launched.topic == "collectives.ring_allreduce"
+    assert spawned.source_sha256 == launched.source_sha256
+    assert spawned.machine.gpu_count == launched.machine.gpu_count == 2
+
+    def cases(record):
+        return {tuple(sorted(row.case.items())): sorted(row.metrics) for row in record.results}
+
+    assert cases(spawned) == cases(launched) and len(cases(launched)) == 66
+    assert [c.name for c in spawned.checks] == [c.name for c in launched.checks]
+    assert "launch" not in spawned.notes
+    assert launched.notes["launch"]["launcher"] == "torchrun"
+    assert launched.notes["launch"]["ranks"] == 2 and launched.notes["launch"]["nodes"] == 1
