@@ -166,8 +166,11 @@ def breaking(op: str, bound: float) -> float:
 
 
 def contradict(root: Path, claim: shortcodes.ClaimRequest) -> Path:
-    """Rewrite one GPU record (one run) of the claim's topic so the claim no longer holds in it."""
-    for path in record_files(root):
+    """Rewrite one GPU record (one run) of the claim's topic so the claim no longer holds in it.
+
+    The newest run of a folder is the one rewritten: it always counts (a run of today's code, or of
+    the newest version measured: ``counted_runs``), where an older version's run would not be checked."""
+    for path in reversed(record_files(root)):  # run ids begin with their time: newest last
         data = json.loads(path.read_text(encoding="utf-8"))
         if data["topic"] != claim.topic or data["machine"]["device"] != "cuda":
             continue

@@ -91,8 +91,8 @@ def test_a_contributed_contradiction_is_shown_on_the_page_not_a_failed_build(hoo
     assert "H200 ✓" in out and "GeForce RTX 4090 · contributed ✗ VIOLATED" in out
     link = re.search(r'contradicted by a contributed record: <a href="([^"]+)">', out)
     # The run that contradicts it, where the site serves it (relative to the chapter's page).
-    first = sorted((BOOK_RECORDS / "nvidia-h100-80gb-hbm3" / TOPIC).glob("*.json"))[0].name
-    assert link and link[1].startswith("../") and link[1].endswith(f"/{THEIRS}/{TOPIC}/{first}"), out
+    newest = sorted((BOOK_RECORDS / "nvidia-h100-80gb-hbm3" / TOPIC).glob("*.json"))[-1].name  # contradict()'s
+    assert link and link[1].startswith("../") and link[1].endswith(f"/{THEIRS}/{TOPIC}/{newest}"), out
     report = hook.module.state.claims[-1].to_json()
     assert {v["machine"]: v["holds"] for v in report["verdicts"]} == {OWN: True, THEIRS: False}
 

@@ -116,7 +116,11 @@ def readers(tmp_path_factory, cli) -> Readers:
     output = proc.stdout + proc.stderr
     assert (site / "index.html").is_file(), f"the strict build wrote no site\n{output}"
     where = page.relative_to(REPO / "docs").as_posix()
-    book = Contradicted(where, claim, record, len([p for p in runs if p.parent == record.parent]),
+    # The runs the build counts: those of the contradicted run's code version (the newest run's,
+    # which contradict() rewrites), not the older versions' kept beside them (counted_runs).
+    counted = [p for p in runs if p.parent == record.parent
+               and json.loads(p.read_text(encoding="utf-8"))["source_sha256"] == data["source_sha256"]]
+    book = Contradicted(where, claim, record, len(counted),
                         f"records/{data['machine']['slug']}/{claim.topic}", proc.returncode)
     others = [w for w in WARNING.findall(output) if f"(record {book.group}/{record.name})" not in w]
     assert not others, ("the readers' records (or the book itself) made the strict build warn, beside the "
