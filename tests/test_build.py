@@ -126,6 +126,17 @@ def test_no_figure_repeats_its_unit(site):
             doubled[str(page.relative_to(site))] = found
     assert not doubled, doubled
 
+def test_no_figure_is_shown_as_markup(site):
+    """A measured figure rendered into a block Markdown leaves raw (an admonition's line that lost
+    its indentation turns the rest into a code block) shows its HTML as text: never on a page."""
+    shown_raw = {}
+    for page in sorted(site.rglob("index.html")):
+        text = page.read_text(encoding="utf-8")
+        if "&lt;span data-lab" in text or '&lt;span class="lab-' in text:
+            shown_raw[str(page.relative_to(site))] = text.count("&lt;span")
+    assert not shown_raw, shown_raw
+
+
 # -- a claim that a record contradicts (tests/test_reader_records.py builds with one) ---------
 
 def page_claims() -> list[tuple[Path, shortcodes.ClaimRequest]]:
