@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import types
 
 import pytest
 import torch
@@ -312,6 +313,56 @@ def test_tuning_log_sets_and_restores_the_environment(monkeypatch, tmp_path):
         assert os.environ["NCCL_DEBUG_SUBSYS"] == "TUNING"
         assert os.environ["NCCL_DEBUG_FILE"].startswith(str(tmp_path))
     assert os.environ["NCCL_DEBUG"] == "WARN" and "NCCL_DEBUG_SUBSYS" not in os.environ
+
+
+def test_tuning_log_adds_init_for_the_connections(monkeypatch, tmp_path):
+    import os
+    with nccl_log.tuning_log(str(tmp_path), connections=True):
+        assert os.environ["NCCL_DEBUG_SUBSYS"] == "TUNING,INIT"
+
+
+#: Connection lines as NCCL writes them (INIT): NVLink peer to peer, the network with a [send] or
+#: [receive] tag, an older NCCL's channel without its sub-index, and a line that is no connection.
+CONNECTION_LOG = [
+    "vm:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM",
+    "vm:1:2 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+    "vm:1:2 [0] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0/GDRDMA",
+    "vm:1:2 [0] NCCL INFO Channel 00/0 : 8[0] -> 7[7] [receive] via NET/IB/0/GDRDMA",
+    "vm:1:2 [0] NCCL INFO Channel 11 : 0[39000] -> 1[57000] via SHM/direct/direct",
+    "vm:1:2 [0] NCCL INFO Connected all rings, use ring PXN 0 GDR 1",
+]
+
+
+def test_the_interconnect_is_read_from_the_connection_lines():
+    counts = nccl_log.parse_interconnect(CONNECTION_LOG)
+    assert counts == {"NET/IB": 2, "P2P/CUMEM": 2, "SHM/direct": 1}
+    assert nccl_log.describe_interconnect(counts) == (
+        "NET/IB (2 connections), P2P/CUMEM (2 connections), SHM/direct (1 connection)")
+    assert nccl_log.describe_interconnect(nccl_log.parse_interconnect(TUNING_LOG)) == (
+        "no connection line in NCCL's INIT log")
+
+
+def test_nccl_choices_asks_for_the_connections_too(monkeypatch):
+    """The side processes that log NCCL's choices log its connections as well: the ring topic's
+    record names the interconnect from them."""
+    import os
+    import examples.collectives.ring_allreduce as ring_module
+
+    seen = {}
+    monkeypatch.setattr(ring_module, "spawn",
+                        lambda worker, world, backend, config: seen.update(subsys=os.environ.get("NCCL_DEBUG_SUBSYS")))
+    nccl_log.nccl_choices(2, [("all_reduce", 4096)])
+    assert seen == {"subsys": "TUNING,INIT"}
+
+
+def test_the_ring_topic_notes_the_interconnect_beside_the_choices(monkeypatch):
+    notes, values = {}, []
+    lab = types.SimpleNamespace(note=notes.__setitem__, value=lambda **kw: values.append(kw))
+    monkeypatch.setattr(nccl_log, "nccl_choices", lambda world, calls: CONNECTION_LOG + TUNING_LOG)
+    ring._keep_choices(lab, 2, 33554432, ["all_reduce", "all_to_all"])
+    assert notes["interconnect NCCL chose (INIT log)"].startswith("NET/IB (2 connections)")
+    assert notes["NCCL's choice per collective (TUNING log)"]["all_reduce"].startswith("RING/SIMPLE, 24 channel")
+    assert [v["value"] for v in values] == [24]
 
 
 # -- t = beta + 2(p-1) alpha ----------------------------------------------------

@@ -108,11 +108,46 @@ def environment(settings: dict[str, str | None]):
         put(saved)
 
 
-def tuning_log(folder: str):
-    """NCCL_DEBUG=INFO, TUNING only, into files in ``folder``, for the
-    processes started inside (:func:`environment`)."""
-    return environment({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING",
+def tuning_log(folder: str, *, connections: bool = False):
+    """NCCL_DEBUG=INFO, TUNING only (and INIT with ``connections``: the
+    channels' connections, :func:`parse_interconnect`), into files in
+    ``folder``, for the processes started inside (:func:`environment`)."""
+    return environment({"NCCL_DEBUG": "INFO",
+                        "NCCL_DEBUG_SUBSYS": "TUNING,INIT" if connections else "TUNING",
                         "NCCL_DEBUG_FILE": f"{folder}/nccl.%h.%p.log"})
+
+
+# --8<-- [start:interconnect]
+#: One line per channel's connection, written once as the communicator
+#: connects (NCCL's transports, INIT subsystem), e.g.
+#: ``Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM`` (NVLink or PCIe peer to peer),
+#: ``Channel 00/0 : 1[1] -> 2[0] [send] via NET/IB/0/GDRDMA`` (the network),
+#: ``Channel 00 : 0[0] -> 1[1] via SHM/direct/direct`` (through host memory).
+CONNECTION = re.compile(
+    r"Channel \d+(?:/\d+)? : \d+\[[^\]]*\] -> \d+\[[^\]]*\]"
+    r"(?: \[(?:send|receive)\])? via (\S+)")
+
+
+def parse_interconnect(lines: list[str]) -> dict[str, int]:
+    """How many channel connections NCCL made over each transport, named by
+    the first two parts of its path (``P2P/CUMEM``, ``NET/IB``, ``SHM/direct``)."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        m = CONNECTION.search(payload(line))
+        if m:
+            kind = "/".join(m.group(1).split("/")[:2])
+            counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def describe_interconnect(counts: dict[str, int]) -> str:
+    """The record's note: each transport with its connections, or why none."""
+    if not counts:
+        return "no connection line in NCCL's INIT log"
+    return ", ".join(f"{kind} ({n} connection{'s' if n != 1 else ''})" for kind, n in counts.items())
+
+
+# --8<-- [end:interconnect]
 
 
 def refusal(exc: Exception) -> str:
@@ -148,11 +183,12 @@ def _call(config: dict, device: torch.device) -> dict:
 
 def nccl_choices(world: int, calls: list[tuple[str, int]]) -> list[str]:
     """Rank 0's TUNING lines for these (collective, total fp32 bytes) calls,
-    made in a fresh group of ``world`` GPU processes that time nothing."""
+    and its channels' connections (INIT), made in a fresh group of ``world``
+    GPU processes that time nothing."""
     from examples.collectives.ring_allreduce import spawn
 
     with tempfile.TemporaryDirectory() as logs:
-        with tuning_log(logs):
+        with tuning_log(logs, connections=True):
             spawn(_call, world, "nccl", {"calls": calls})
         return read_logs(logs)
 

@@ -385,16 +385,20 @@ def measure(lab) -> None:
 
 
 def _keep_choices(lab, p: int, nbytes: int, timed) -> None:
-    """NCCL's algorithm, protocol and channels for each timed collective.
+    """NCCL's algorithm, protocol and channels for each timed collective, and
+    the transports its channels connected over (the interconnect it chose).
 
-    Asked in a separate group of processes with NCCL's TUNING log on (the
-    timed ones must not write a line per call), at the same sizes.
+    Asked in a separate group of processes with NCCL's TUNING and INIT logs on
+    (the timed ones must not write a line per call), at the same sizes.
     """
     from examples.collectives._nccl_log import (
-        NCCL_NAMES, choice_for, nccl_choices, parse_choices)
+        NCCL_NAMES, choice_for, describe_interconnect, nccl_choices, parse_choices,
+        parse_interconnect)
 
     names = [n for n in timed if n in NCCL_NAMES]  # all_to_all: send/recv
-    choices = parse_choices(nccl_choices(p, [(n, nbytes) for n in names]))
+    log = nccl_choices(p, [(n, nbytes) for n in names])
+    lab.note("interconnect NCCL chose (INIT log)", describe_interconnect(parse_interconnect(log)))
+    choices = parse_choices(log)
     seen = {}
     for name in names:
         got = choice_for(choices, name)
