@@ -335,9 +335,11 @@ CONNECTION_LOG = [
 
 def test_the_interconnect_is_read_from_the_connection_lines():
     counts = nccl_log.parse_interconnect(CONNECTION_LOG)
-    assert counts == {"NET/IB": 2, "P2P/CUMEM": 2, "SHM/direct": 1}
+    # The network's path keeps GDRDMA (GPUDirect RDMA), not the card's number.
+    assert counts == {"NET/IB/GDRDMA": 2, "P2P/CUMEM": 1, "P2P/CUMEM/read": 1, "SHM/direct/direct": 1}
     assert nccl_log.describe_interconnect(counts) == (
-        "NET/IB (2 connections), P2P/CUMEM (2 connections), SHM/direct (1 connection)")
+        "NET/IB/GDRDMA (2 connections), P2P/CUMEM (1 connection), P2P/CUMEM/read (1 connection), "
+        "SHM/direct/direct (1 connection)")
     assert nccl_log.describe_interconnect(nccl_log.parse_interconnect(TUNING_LOG)) == (
         "no connection line in NCCL's INIT log")
 
@@ -360,7 +362,7 @@ def test_the_ring_topic_notes_the_interconnect_beside_the_choices(monkeypatch):
     lab = types.SimpleNamespace(note=notes.__setitem__, value=lambda **kw: values.append(kw))
     monkeypatch.setattr(nccl_log, "nccl_choices", lambda world, calls: CONNECTION_LOG + TUNING_LOG)
     ring._keep_choices(lab, 2, 33554432, ["all_reduce", "all_to_all"])
-    assert notes["interconnect NCCL chose (INIT log)"].startswith("NET/IB (2 connections)")
+    assert notes["interconnect NCCL chose (INIT log)"].startswith("NET/IB/GDRDMA (2 connections)")
     assert notes["NCCL's choice per collective (TUNING log)"]["all_reduce"].startswith("RING/SIMPLE, 24 channel")
     assert [v["value"] for v in values] == [24]
 

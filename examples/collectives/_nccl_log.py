@@ -129,13 +129,15 @@ CONNECTION = re.compile(
 
 
 def parse_interconnect(lines: list[str]) -> dict[str, int]:
-    """How many channel connections NCCL made over each transport, named by
-    the first two parts of its path (``P2P/CUMEM``, ``NET/IB``, ``SHM/direct``)."""
+    """How many channel connections NCCL made over each transport, named by its
+    path without device numbers (``P2P/CUMEM``, ``P2P/CUMEM/read``,
+    ``NET/IB/GDRDMA``: the network card reads GPU memory directly, GPUDirect RDMA;
+    ``SHM/direct/direct``). Read from the log files of the ranks on this node."""
     counts: dict[str, int] = {}
     for line in lines:
         m = CONNECTION.search(payload(line))
         if m:
-            kind = "/".join(m.group(1).split("/")[:2])
+            kind = "/".join(part for part in m.group(1).split("/") if not part.isdigit())
             counts[kind] = counts.get(kind, 0) + 1
     return dict(sorted(counts.items()))
 
