@@ -295,7 +295,11 @@ class _Visit:
 
         page.on("console", lambda m: m.type == "error" and add(f"console error: {m.text} [{m.location.get('url', '')}]"))
         page.on("pageerror", lambda e: add(f"page error: {e}"))
+        # A request the browser itself cancelled (net::ERR_ABORTED: a font still loading as the
+        # walk moves to the next page) says nothing of the site; a missing file is an HTTP
+        # status, checked below, and any other failure is a problem.
         page.on("requestfailed", lambda r: urlsplit(r.url).netloc == self.origin.netloc
+                and "ERR_ABORTED" not in (r.failure or "")
                 and add(f"request failed: {r.url} ({r.failure})"))
         page.on("response", lambda r: r.status >= 400 and add(f"HTTP {r.status}: {r.url}"))
 
