@@ -484,13 +484,16 @@ def test_hierarchical_model_worked_numbers():
     assert flat_ring_seconds(nbytes=1e9, **NDR, rings=1) == pytest.approx(2 * 15 / 16 / 50)  # one ring
     assert faster_by_size(**NDR) == [(0.0, "flat rings")]  # fewer bytes at network pace per NIC
     lat = dict(intra_latency=2e-6, inter_latency=5e-6)
-    # 14 NVLink steps and 2 network steps, against 30 network steps: the two-level one
-    # starts ahead and the flat rings overtake it at 112 us / 1.70 ps per byte, about 66 MB.
+    # Both cross the network 2(n-1) = 2 times (NCCL's nInterSteps); the two-level one takes 14
+    # NVLink steps, the flat rings' 30 steps leave 28 on NVLink: the two-level one starts ahead
+    # by 28 us and the flat rings overtake it at 28 us / 1.70 ps per byte, about 16.5 MB.
     assert hierarchical_allreduce_seconds(nbytes=0, **NDR, **lat) == pytest.approx(14 * 2e-6 + 2 * 5e-6)
-    assert flat_ring_seconds(nbytes=0, **NDR, **lat) == pytest.approx(30 * 5e-6)
+    assert flat_ring_seconds(nbytes=0, **NDR, **lat) == pytest.approx(28 * 2e-6 + 2 * 5e-6)
+    assert flat_ring_seconds(nbytes=0, nodes=4, gpus_per_node=8, intra_bandwidth=1, inter_bandwidth=1,
+                             **lat) == pytest.approx((62 - 6) * 2e-6 + 6 * 5e-6)  # 4 nodes: 6 network steps
     [(_, first), (cross, second)] = faster_by_size(**NDR, **lat)
     assert (first, second) == ("two-level", "flat rings")
-    assert cross == pytest.approx(112e-6 / (14 / 8 / 450e9 + 1 / 400e9 - 2 * 15 / 16 / 8 / 50e9))
+    assert cross == pytest.approx(28e-6 / (14 / 8 / 450e9 + 1 / 400e9 - 2 * 15 / 16 / 8 / 50e9))
     for m in (cross * 0.9, cross * 1.1):
         h = hierarchical_allreduce_seconds(nbytes=m, **NDR, **lat)
         f = flat_ring_seconds(nbytes=m, **NDR, **lat)

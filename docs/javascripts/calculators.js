@@ -91,7 +91,10 @@
         const p = n * g
         if (p === 1) return 0
         if (n === 1) return call + ring(p, m, intra, intraLat)
-        return call + ring(p, m / g, inter, interLat)  // g rings side by side, M/g each
+        // g rings side by side, M/g each, paced by one port; of the 2(p-1) steps' latencies
+        // 2(n-1) are the network's, the rest NVLink's (NCCL's nInterSteps, tuning.cc)
+        const networkSteps = 2 * (n - 1)
+        return call + (2 * (p - 1) - networkSteps) * intraLat + networkSteps * interLat + ring(p, m / g, inter, 0)
       }
       // Both are a fixed part plus a part in proportion to M: they cross at most once.
       const fixed = { two: twoLevel(0), flat: flat(0) }

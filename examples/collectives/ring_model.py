@@ -100,7 +100,9 @@ def flat_ring_seconds(
     rings side by side (NCCL's channels; by default g, one per GPU's NIC, as on a
     rail-optimised fabric), each carrying M/rings. Each ring leaves every node once,
     through its own NIC, so its slowest hop is one NIC at ``inter_bandwidth``: 2(p-1)
-    steps of M/(rings p) at the network's pace. Inside one node: one ring over NVLink."""
+    steps of M/(rings p) at the network's pace. Of those steps' latencies only 2(n-1)
+    are the network's and the rest NVLink's, as NCCL's own ring model counts them
+    (``nInterSteps``, src/graph/tuning.cc, NCCL 2.28). Inside one node: one ring over NVLink."""
     p = nodes * gpus_per_node
     if p == 1:
         return 0.0
@@ -108,8 +110,9 @@ def flat_ring_seconds(
         return call + ring_allreduce_seconds(gpus=p, nbytes=nbytes, bandwidth=intra_bandwidth,
                                              latency=intra_latency)
     share = nbytes / (rings or gpus_per_node)
-    return call + ring_allreduce_seconds(gpus=p, nbytes=share, bandwidth=inter_bandwidth,
-                                         latency=inter_latency)
+    network_steps = 2 * (nodes - 1)
+    latency = (2 * (p - 1) - network_steps) * intra_latency + network_steps * inter_latency
+    return call + latency + ring_allreduce_seconds(gpus=p, nbytes=share, bandwidth=inter_bandwidth)
 
 
 def faster_by_size(**link) -> list[tuple[float, str]]:

@@ -12,9 +12,9 @@ It lives apart from ring_model.py because measured topics import that file.
 >>> r = compare(nodes=2, gpus_per_node=8, nbytes=1e6, intra_bandwidth=450e9,
 ...             inter_bandwidth=50e9, intra_latency=2e-6, inter_latency=5e-6)
 >>> round(r["two_level_seconds"] * 1e6, 1), round(r["flat_rings_seconds"] * 1e6, 1), r["faster"]
-(44.4, 154.7, 'two-level')
+(44.4, 70.7, 'two-level')
 >>> round(r["crossover_bytes"] / 1e6, 1)
-65.8
+16.5
 """
 
 from __future__ import annotations
