@@ -307,18 +307,13 @@ def test_parse_cost_table_of_real_lines():
 def test_tuning_log_sets_and_restores_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("NCCL_DEBUG", "WARN")
     monkeypatch.delenv("NCCL_DEBUG_SUBSYS", raising=False)
-    import os
     with nccl_log.tuning_log(str(tmp_path)):
         assert os.environ["NCCL_DEBUG"] == "INFO"
         assert os.environ["NCCL_DEBUG_SUBSYS"] == "TUNING"
         assert os.environ["NCCL_DEBUG_FILE"].startswith(str(tmp_path))
-    assert os.environ["NCCL_DEBUG"] == "WARN" and "NCCL_DEBUG_SUBSYS" not in os.environ
-
-
-def test_tuning_log_adds_init_for_the_connections(monkeypatch, tmp_path):
-    import os
-    with nccl_log.tuning_log(str(tmp_path), connections=True):
+    with nccl_log.tuning_log(str(tmp_path), connections=True):  # the channels' connections too
         assert os.environ["NCCL_DEBUG_SUBSYS"] == "TUNING,INIT"
+    assert os.environ["NCCL_DEBUG"] == "WARN" and "NCCL_DEBUG_SUBSYS" not in os.environ
 
 
 #: Connection lines as NCCL writes them (INIT): NVLink peer to peer, the network with a [send] or
@@ -347,11 +342,8 @@ def test_the_interconnect_is_read_from_the_connection_lines():
 def test_nccl_choices_asks_for_the_connections_too(monkeypatch):
     """The side processes that log NCCL's choices log its connections as well: the ring topic's
     record names the interconnect from them."""
-    import os
-    import examples.collectives.ring_allreduce as ring_module
-
     seen = {}
-    monkeypatch.setattr(ring_module, "spawn",
+    monkeypatch.setattr(ring, "spawn",
                         lambda worker, world, backend, config: seen.update(subsys=os.environ.get("NCCL_DEBUG_SUBSYS")))
     nccl_log.nccl_choices(2, [("all_reduce", 4096)])
     assert seen == {"subsys": "TUNING,INIT"}
@@ -431,7 +423,6 @@ def test_gemm_contention_pairs_the_same_gemms():
 
 
 def test_environment_sets_and_restores(monkeypatch):
-    import os
     monkeypatch.delenv("NCCL_MAX_CTAS", raising=False)
     monkeypatch.setenv("NCCL_DEBUG", "WARN")
     monkeypatch.setenv("NCCL_ALGO", "Tree")

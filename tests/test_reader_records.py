@@ -33,7 +33,7 @@ import pytest
 
 from examples.lab.compare import compare
 from examples.lab.provenance import source_sha256
-from examples.lab.records import load_records, record_files
+from examples.lab.records import counted_runs, load_records, record_files
 from examples.lab.registry import import_topic
 from tests.reader_folders import broken_reasons, odd_folder
 from tests.test_build import REPO, as_runs, build, checkable, contradict, page_claims, scratch_copy, shortcodes
@@ -116,10 +116,11 @@ def readers(tmp_path_factory, cli) -> Readers:
     output = proc.stdout + proc.stderr
     assert (site / "index.html").is_file(), f"the strict build wrote no site\n{output}"
     where = page.relative_to(REPO / "docs").as_posix()
-    # The runs the build counts: those of the contradicted run's code version (the newest run's,
-    # which contradict() rewrites), not the older versions' kept beside them (counted_runs).
-    counted = [p for p in runs if p.parent == record.parent
-               and json.loads(p.read_text(encoding="utf-8"))["source_sha256"] == data["source_sha256"]]
+    # The runs the build counts, by the book's one rule (older code versions' runs are kept beside).
+    current = source_sha256(REPO.joinpath("examples", *claim.topic.split(".")).with_suffix(".py"))
+    versions = {p: json.loads(p.read_text(encoding="utf-8"))["source_sha256"]
+                for p in runs if p.parent == record.parent}  # file order: oldest first
+    counted = counted_runs(list(versions), version=versions.get, is_current=lambda p: versions[p] == current)
     book = Contradicted(where, claim, record, len(counted),
                         f"records/{data['machine']['slug']}/{claim.topic}", proc.returncode)
     others = [w for w in WARNING.findall(output) if f"(record {book.group}/{record.name})" not in w]
