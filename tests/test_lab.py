@@ -468,6 +468,23 @@ def test_the_sampler_says_which_power_reading_it_took(tmp_path):
     assert read_power_reading(path) is None, "a sampler that did not say"
 
 
+def test_the_shared_sampler_file_is_read_from_where_the_last_read_ended(tmp_path):
+    """Each topic reads only the lines added since the last read; a line still being written waits."""
+    from examples.lab.load import _Sampler
+
+    sampler = _Sampler.__new__(_Sampler)  # its reading half only: no process
+    sampler.path = tmp_path / "s.load"
+    sampler._offset, sampler._samples, sampler._reading = 0, [], None
+    sampler.path.write_text("# power instant\n1.0 1980 2619 690.5\n2.0 1500 26")
+    reading, first = sampler.read()
+    assert reading == "instant" and [s.t for s in first] == [1.0], "the cut line is not read yet"
+    with sampler.path.open("a") as f:
+        f.write("19 700.0\n3.0 1410 2619 705.0\n")
+    _, second = sampler.read()
+    assert [(s.t, s.mem_mhz) for s in second] == [(1.0, 2619), (2.0, 2619), (3.0, 2619)]
+    assert [s.t for s in first] == [1.0], "an earlier record's samples do not grow"
+
+
 def test_the_monitor_waits_for_the_samplers_first_reading(monkeypatch):
     """A topic that times for a tenth of a second must not finish before the sampler starts."""
     import subprocess as sp
@@ -1003,6 +1020,29 @@ def test_a_torch_without_bytecode_python_may_not_write_gets_one_bytecode_folder_
     assert not sys.dont_write_bytecode and "PYTHONDONTWRITEBYTECODE" not in os.environ
 
 
+def test_with_cores_to_spare_the_bytecode_is_compiled_before_torch_loads(fake_torch, tmp_path, monkeypatch):
+    """Compiled on every core before the first import, not on one core as each module loads;
+    below the threshold the imports compile as before."""
+    import importlib.util
+
+    import examples.lab.__main__ as runner
+
+    package, _ = fake_torch
+    (package / "_inductor").mkdir()
+    (package / "_inductor" / "graph.py").write_text("x = 1\n")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(runner, "BYTECODE_PACKAGES", ())
+    monkeypatch.setattr(runner, "PARALLEL_BYTECODE_CORES", 10_000)
+    runner._bytecode_cache(str(tmp_path / "run"))
+    module = str(package / "_inductor" / "graph.py")
+    assert not os.path.exists(importlib.util.cache_from_source(module)), "too few cores: left to the imports"
+    monkeypatch.setattr(runner, "PARALLEL_BYTECODE_CORES", 1)
+    runner._compile_bytecode_in_parallel([str(package)])  # what _bytecode_cache does with the cores
+    compiled = importlib.util.cache_from_source(module)
+    assert compiled.startswith(sys.pycache_prefix) and os.path.isfile(compiled), "into the lab's folder"
+    assert not (package / "_inductor" / "__pycache__").exists(), "never beside the sources"
+
+
 def test_a_runs_compiler_caches_are_gone_when_it_ends(tmp_path):
     """Its kernels and builds serve no later run, and a GPU run leaves hundreds of MiB."""
     env = {**os.environ, "TMPDIR": str(tmp_path)}
@@ -1049,3 +1089,32 @@ def test_the_runner_imports_the_compiler_stack_up_front_only_for_topics_that_com
 
     assert runner._compiles("compile.modes") and runner._compiles("capstone.fused_decode")
     assert not runner._compiles("dispatch.op_cost") and not runner._compiles("blas.levels")
+
+
+def test_an_autotuners_candidates_are_compiled_once_per_key_all_at_once():
+    """Every configuration it will try, handed to Triton's asynchronous compile (a pool of
+    threads) before its first call for a key; never again for that key, nor for a key it has
+    already tuned."""
+    from triton.runtime import _async_compile
+
+    from examples.lab import compile_candidates as cc
+
+    class FakeAutotuner:
+        arg_names, keys = ["x", "n", "k"], ["n", "k"]
+
+        def __init__(self):
+            self.cache, self.warmed = {}, []
+
+        def warmup(self, *args, grid, **kwargs):
+            mode = _async_compile.active_mode.get()
+            self.warmed.append((args[1:], kwargs, mode is not None))
+
+    tuner, x = FakeAutotuner(), torch.zeros(2, dtype=torch.bfloat16)
+    assert cc.autotune_key(tuner, (x, 4096, 14336), {"INT8": True}) == (4096, 14336, "torch.bfloat16")
+    assert cc.compile_candidates(tuner, None, x, 4096, 14336, INT8=True)
+    assert tuner.warmed == [((4096, 14336), {"INT8": True}, True)], "inside the asynchronous compile mode"
+    assert not cc.compile_candidates(tuner, None, x, 4096, 14336, INT8=True), "once per key"
+    tuner.cache[(4096, 4096, "torch.bfloat16")] = "tuned"
+    assert not cc.compile_candidates(tuner, None, x, 4096, 4096), "a key already tuned"
+    assert cc.compile_candidates(tuner, None, x.float(), 4096, 4096), "another dtype is another key"
+    assert len(tuner.warmed) == 2
