@@ -468,23 +468,6 @@ def test_the_sampler_says_which_power_reading_it_took(tmp_path):
     assert read_power_reading(path) is None, "a sampler that did not say"
 
 
-def test_the_shared_sampler_file_is_read_from_where_the_last_read_ended(tmp_path):
-    """Each topic reads only the lines added since the last read; a line still being written waits."""
-    from examples.lab.load import _Sampler
-
-    sampler = _Sampler.__new__(_Sampler)  # its reading half only: no process
-    sampler.path = tmp_path / "s.load"
-    sampler._offset, sampler._samples, sampler._reading = 0, [], None
-    sampler.path.write_text("# power instant\n1.0 1980 2619 690.5\n2.0 1500 26")
-    reading, first = sampler.read()
-    assert reading == "instant" and [s.t for s in first] == [1.0], "the cut line is not read yet"
-    with sampler.path.open("a") as f:
-        f.write("19 700.0\n3.0 1410 2619 705.0\n")
-    _, second = sampler.read()
-    assert [(s.t, s.mem_mhz) for s in second] == [(1.0, 2619), (2.0, 2619), (3.0, 2619)]
-    assert [s.t for s in first] == [1.0], "an earlier record's samples do not grow"
-
-
 def test_the_monitor_waits_for_the_samplers_first_reading(monkeypatch):
     """A topic that times for a tenth of a second must not finish before the sampler starts."""
     import subprocess as sp
@@ -1089,32 +1072,3 @@ def test_the_runner_imports_the_compiler_stack_up_front_only_for_topics_that_com
 
     assert runner._compiles("compile.modes") and runner._compiles("capstone.fused_decode")
     assert not runner._compiles("dispatch.op_cost") and not runner._compiles("blas.levels")
-
-
-def test_an_autotuners_candidates_are_compiled_once_per_key_all_at_once():
-    """Every configuration it will try, handed to Triton's asynchronous compile (a pool of
-    threads) before its first call for a key; never again for that key, nor for a key it has
-    already tuned."""
-    from triton.runtime import _async_compile
-
-    from examples.lab import compile_candidates as cc
-
-    class FakeAutotuner:
-        arg_names, keys = ["x", "n", "k"], ["n", "k"]
-
-        def __init__(self):
-            self.cache, self.warmed = {}, []
-
-        def warmup(self, *args, grid, **kwargs):
-            mode = _async_compile.active_mode.get()
-            self.warmed.append((args[1:], kwargs, mode is not None))
-
-    tuner, x = FakeAutotuner(), torch.zeros(2, dtype=torch.bfloat16)
-    assert cc.autotune_key(tuner, (x, 4096, 14336), {"INT8": True}) == (4096, 14336, "torch.bfloat16")
-    assert cc.compile_candidates(tuner, None, x, 4096, 14336, INT8=True)
-    assert tuner.warmed == [((4096, 14336), {"INT8": True}, True)], "inside the asynchronous compile mode"
-    assert not cc.compile_candidates(tuner, None, x, 4096, 14336, INT8=True), "once per key"
-    tuner.cache[(4096, 4096, "torch.bfloat16")] = "tuned"
-    assert not cc.compile_candidates(tuner, None, x, 4096, 4096), "a key already tuned"
-    assert cc.compile_candidates(tuner, None, x.float(), 4096, 4096), "another dtype is another key"
-    assert len(tuner.warmed) == 2

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import bisect
 import os
 import statistics
 import subprocess
@@ -61,7 +60,6 @@ class _Sampler:
     def __init__(self, device_index: int, interval_ms: float):
         self.owner = os.getpid()  # a forked rank inherits this object: only its owner stops it
         self.process = None  # None: the sampler could not start (its file stays empty)
-        self._offset, self._samples, self._reading = 0, [], None  # what read() has taken so far
         file = tempfile.NamedTemporaryFile("w+", suffix=".load", delete=False)
         file.close()
         self.path = Path(file.name)
@@ -86,22 +84,8 @@ class _Sampler:
             time.sleep(0.005)
 
     def read(self) -> tuple[str | None, list[Sample]]:
-        """Which power reading the sampler takes, and every sample it has written so far.
-
-        The file grows by a hundred lines a second for the whole run; each topic reads only
-        what was added since the last read (whole lines), not the run's file again."""
-        if self._reading is None:
-            self._reading = read_power_reading(self.path)
-        try:
-            with self.path.open("rb") as f:
-                f.seek(self._offset)
-                added = f.read()
-        except OSError:
-            added = b""
-        whole = added[:added.rfind(b"\n") + 1]  # a line the sampler is still writing waits
-        self._offset += len(whole)
-        self._samples.extend(parse_samples(whole.decode(errors="replace")))
-        return self._reading, list(self._samples)
+        """Which power reading the sampler takes, and every sample it has written so far."""
+        return read_power_reading(self.path), read_samples(self.path)
 
     def close(self) -> None:
         if os.getpid() != self.owner:
@@ -144,7 +128,6 @@ class LoadMonitor:
         self._samples: list[Sample] | None = None
         #: INSTANT or AVERAGE, as the sampler wrote in its first line.
         self.power_reading: str | None = None
-        self._ordered: Timeline | None = None
         self._sampler = None if device_index is None else _shared_sampler(device_index, interval_ms)
 
     def window(self, start: float, end: float) -> None:
@@ -161,44 +144,23 @@ class LoadMonitor:
         return self._samples
 
     def load_between(self, start: float, end: float) -> Load | None:
-        timeline = self._timeline()
-        return summarize_window(_within(timeline, [(start, end)]),
-                                power=_power_samples(timeline, [(start, end)], self.power_reading),
+        samples = self.stop()
+        inside = [s for s in samples if start <= s.t <= end]
+        return summarize_window(inside, power=_power_samples(samples, [(start, end)], self.power_reading),
                                 power_reading=self.power_reading)
 
     def summary(self) -> LoadSummary | None:
-        timeline = self._timeline()
-        return summarize_all(_within(timeline, self.windows), self.interval_ms,
-                             power=_power_samples(timeline, self.windows, self.power_reading),
-                             power_reading=self.power_reading)
-
-    def _timeline(self) -> Timeline:
-        """The samples in time order with their times, made once per record (a record asks
-        for the load of each of its metrics)."""
         samples = self.stop()
-        if self._ordered is None or self._ordered.source is not samples:
-            self._ordered = Timeline.of(samples)
-        return self._ordered
+        inside = [s for s in samples if any(a <= s.t <= b for a, b in self.windows)]
+        return summarize_all(inside, self.interval_ms, power=_power_samples(samples, self.windows, self.power_reading),
+                             power_reading=self.power_reading)
 
 
 def _repo_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
-@dataclass(frozen=True)
-class Timeline:
-    """Samples in time order, with their times apart for bisection."""
-    source: Sequence[Sample]
-    samples: tuple[Sample, ...]
-    times: tuple[float, ...]
-
-    @classmethod
-    def of(cls, samples: Sequence[Sample]) -> Timeline:
-        ordered = tuple(sorted(samples, key=lambda x: x.t))  # written in time order: one linear pass
-        return cls(samples, ordered, tuple(x.t for x in ordered))
-
-
-def _power_samples(samples: Sequence[Sample] | Timeline, windows: Sequence[tuple[float, float]],
+def _power_samples(samples: Sequence[Sample], windows: Sequence[tuple[float, float]],
                    reading: str | None) -> list[Sample]:
     """The samples whose power belongs to a window: for an averaged reading, only those
     taken a whole averaging period after the window began (earlier ones average what ran before).
@@ -210,24 +172,7 @@ def _power_samples(samples: Sequence[Sample] | Timeline, windows: Sequence[tuple
     1
     """
     lag = AVERAGING_S.get(reading or AVERAGE, 1.0)
-    return _within(samples, [(a + lag, b) for a, b in windows])
-
-
-def _within(samples: Sequence[Sample] | Timeline, windows: Sequence[tuple[float, float]]) -> list[Sample]:
-    """The samples that fall inside any window (ends included), in time order, each once.
-
-    A run's samples number tens of thousands and a record's windows hundreds: each window
-    is found by bisection in the time-ordered samples, not by a pass over all of them.
-
-    >>> s = [Sample(t, 1980, 2619, 90.0) for t in (0.5, 1.0, 1.5, 2.0, 3.0)]
-    >>> [x.t for x in _within(s, [(1.0, 2.0), (1.5, 1.6), (2.5, 2.4)])]
-    [1.0, 1.5, 2.0]
-    """
-    timeline = samples if isinstance(samples, Timeline) else Timeline.of(samples)
-    chosen: set[int] = set()
-    for a, b in windows:
-        chosen.update(range(bisect.bisect_left(timeline.times, a), bisect.bisect_right(timeline.times, b)))
-    return [timeline.samples[i] for i in sorted(chosen)]
+    return [s for s in samples if any(a + lag <= s.t <= b for a, b in windows)]
 
 
 def read_power_reading(path: Path) -> str | None:
@@ -242,15 +187,11 @@ def read_power_reading(path: Path) -> str | None:
 
 
 def read_samples(path: Path) -> list[Sample]:
-    try:
-        return parse_samples(path.read_text())
-    except OSError:
-        return []
-
-
-def parse_samples(text: str) -> list[Sample]:
-    """The samples of the sampler's lines ``t sm_mhz mem_mhz power_w``; comments and cut lines skipped."""
     samples = []
+    try:
+        text = path.read_text()
+    except OSError:
+        return samples
     for line in text.splitlines():
         if line.startswith("#"):
             continue
