@@ -1003,29 +1003,6 @@ def test_a_torch_without_bytecode_python_may_not_write_gets_one_bytecode_folder_
     assert not sys.dont_write_bytecode and "PYTHONDONTWRITEBYTECODE" not in os.environ
 
 
-def test_with_cores_to_spare_the_bytecode_is_compiled_before_torch_loads(fake_torch, tmp_path, monkeypatch):
-    """Compiled on every core before the first import, not on one core as each module loads;
-    below the threshold the imports compile as before."""
-    import importlib.util
-
-    import examples.lab.__main__ as runner
-
-    package, _ = fake_torch
-    (package / "_inductor").mkdir()
-    (package / "_inductor" / "graph.py").write_text("x = 1\n")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(runner, "BYTECODE_PACKAGES", ())
-    monkeypatch.setattr(runner, "PARALLEL_BYTECODE_CORES", 10_000)
-    runner._bytecode_cache(str(tmp_path / "run"))
-    module = str(package / "_inductor" / "graph.py")
-    assert not os.path.exists(importlib.util.cache_from_source(module)), "too few cores: left to the imports"
-    monkeypatch.setattr(runner, "PARALLEL_BYTECODE_CORES", 1)
-    runner._compile_bytecode_in_parallel([str(package)])  # what _bytecode_cache does with the cores
-    compiled = importlib.util.cache_from_source(module)
-    assert compiled.startswith(sys.pycache_prefix) and os.path.isfile(compiled), "into the lab's folder"
-    assert not (package / "_inductor" / "__pycache__").exists(), "never beside the sources"
-
-
 def test_a_runs_compiler_caches_are_gone_when_it_ends(tmp_path):
     """Its kernels and builds serve no later run, and a GPU run leaves hundreds of MiB."""
     env = {**os.environ, "TMPDIR": str(tmp_path)}

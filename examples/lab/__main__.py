@@ -80,36 +80,7 @@ def _bytecode_cache(root: str) -> str | None:
     sys.pycache_prefix, sys.dont_write_bytecode = folder, False
     os.environ["PYTHONPYCACHEPREFIX"] = folder
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    _compile_bytecode_in_parallel([os.path.dirname(spec.origin)])
     return folder
-
-
-#: Below this many cores, compiling every module of a package costs more than compiling, one
-#: at a time as they are imported, only those a run imports.
-PARALLEL_BYTECODE_CORES = 4
-#: What a GPU run imports besides torch, as much again: Triton, and SymPy under Inductor.
-BYTECODE_PACKAGES = ("triton", "sympy")
-
-
-def _compile_bytecode_in_parallel(folders: list[str]) -> None:
-    """Compile the bytecode of torch (``folders``) and :data:`BYTECODE_PACKAGES` on every core,
-    into the prefix folder, before torch is imported. Imported one by one, a GPU run's
-    modules compile on one core: 10 to 25 s of a fresh machine's first run. Compiled on 16
-    cores, every module of these packages takes a second or two; a module that is up to
-    date is only checked. Not done below :data:`PARALLEL_BYTECODE_CORES` cores, where the
-    imports compile as before. The same bytecode either way: only when it is made changes."""
-    import compileall
-    import importlib.util
-
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if cores < PARALLEL_BYTECODE_CORES:
-        return
-    for name in BYTECODE_PACKAGES:
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.submodule_search_locations:
-            folders = [*folders, *spec.submodule_search_locations]
-    for folder in folders:
-        compileall.compile_dir(folder, quiet=2, workers=cores)
 
 
 def _user_bytecode_folder() -> str | None:
