@@ -500,3 +500,43 @@ def test_hierarchical_model_edges():
         ring_allreduce_seconds(gpus=8, nbytes=1e9, bandwidth=450e9))
     assert faster_by_size(**one_node, call=1e-5) == [(0.0, "flat rings")]  # never slower: one call fewer
     assert flat_ring_seconds(nbytes=1e9, **dict(NDR, nodes=1, gpus_per_node=1)) == 0
+
+
+def _fake_command(folder, name: str, body: str) -> None:
+    path = folder / name
+    path.write_text("#!/bin/bash\n" + body)
+    path.chmod(0o755)
+
+
+@pytest.mark.parametrize("slurm_gpus", ["2", None])
+def test_the_slurm_script_gives_each_nodes_torchrun_the_nodes_cpus_and_counts_gpus_not_mig_slices(
+        tmp_path, slurm_gpus):
+    """Run under a fake Slurm: the one task per node must not be bound to one CPU (every rank of
+    the node would share it), and a node's GPU count must not count MIG slices as GPUs."""
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    # srun runs a command it is given (the GPU count), and records the torchrun launch.
+    _fake_command(bin_dir, "srun", f'echo "srun $*" >> {log}\n'
+                  'if [ "$1" = --nodes=1 ]; then shift 2; exec "$@"; fi\n')
+    _fake_command(bin_dir, "scontrol", 'echo node-a; echo node-b\n')
+    _fake_command(bin_dir, "nvidia-smi", 'if [ "$1" = -L ]; then\n'
+                  '  echo "GPU 0: H100"; echo "  MIG 3g.40gb Device 0:"; echo "  MIG 3g.40gb Device 1:"\n'
+                  '  echo "GPU 1: H100"\nelse echo 0; echo 1; fi\n')
+    _fake_command(bin_dir, "python", f'echo "python $*" >> {log}\n')
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "7", "SLURM_NNODES": "2",
+           "SLURM_JOB_NODELIST": "node-[a-b]", "SLURM_CPUS_ON_NODE": "64", "PYTHON": "python",
+           "OUT": str(tmp_path / "records")}
+    if slurm_gpus:
+        env["SLURM_GPUS_ON_NODE"] = slurm_gpus
+    done = subprocess.run(["bash", "examples/collectives/slurm_collectives.sbatch", "collectives.ring_allreduce"],
+                          cwd=repo, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    launch = [line for line in log.read_text().splitlines() if "torch.distributed.run" in line]
+    assert len(launch) == 1 and "--cpus-per-task=64" in launch[0]
+    assert "--nproc-per-node 2 " in launch[0], "two GPUs, not four lines of nvidia-smi -L"
+    assert "--rdzv-endpoint node-a:29500" in launch[0] and "collectives.ring_allreduce" in launch[0]
+    assert f"python -m examples.lab validate {tmp_path / 'records'}" in log.read_text()
