@@ -1144,18 +1144,3 @@ def test_a_chapter_says_under_its_title_on_which_gpus_and_days_it_was_measured(f
     assert page_dates.with_measured_on("# Appendix\n\n" + body, fixture_store, H200) == "# Appendix\n\n" + body
     assert page_dates.measured_on("# 1. No figures\n", fixture_store, H200) is None
     assert page_dates.page_topics("<!-- lab:plot a.b,c.d x=n y=t -->\n```\n<!-- lab:value e.f m -->\n```") >= {"a.b", "c.d"}
-
-
-def test_notes_spread_over_columns_only_while_the_table_stays_narrow():
-    """Five collectives' choices beside a plain note made a seven-column table that ran past the
-    text column (Chapter 6's appendix, 2 x H100): past the limit each mapping is one cell."""
-    five = {name: "RING/SIMPLE, 24 channel(s)" for name in ("a", "b", "c", "d", "e")}
-    record = SimpleNamespace(notes={"ranks": "2 (nccl)", "choice": five})
-    group = SimpleNamespace(record=record, topic="t.x", slug="gpu")
-    text = markdown.notes_markdown(req("<!-- lab:notes t.x -->"), group)
-    assert text.splitlines()[0] == "| note | value |", "five keys and a value column: one cell each"
-    assert "| choice | a: RING/SIMPLE, 24 channel(s)<br>b: " in text
-    four = {k: v for k, v in five.items() if k != "e"}
-    record.notes = {"ranks": "2 (nccl)", "choice": four}
-    assert markdown.notes_markdown(req("<!-- lab:notes t.x -->"), group).splitlines()[0] == \
-        "| note | a | b | c | d | value |", "four keys and a value column still fit"

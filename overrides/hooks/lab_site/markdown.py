@@ -358,11 +358,9 @@ def plot(request: PlotRequest, groups: Sequence[Group], link: Callable[[Entry], 
     return _per_machine(request.topic, groups, body, link)
 
 
-#: Mapping notes spread over one column per key only while the table then has this few columns
-#: besides the notes' names (the keys, and "value" where a note is not a mapping); otherwise (a
-#: dozen NCCL settings, keys that differ per note, five collectives beside a plain note: a table
-#: wider than the text column) each mapping is one cell, a line per key.
-NOTE_COLUMNS = 5
+#: Mapping notes spread over one column per key only while their keys are this few; otherwise
+#: (a dozen NCCL settings, keys that differ per note) each mapping is one cell, a line per key.
+NOTE_COLUMNS = 6
 #: A run of characters this long without a space (a kernel's name) may break after ``_ . : , ( <``.
 LONG_TOKEN = 24
 
@@ -370,8 +368,8 @@ LONG_TOKEN = 24
 def notes_markdown(request: NotesRequest, group: Group) -> str:
     """The notes of a group's latest run (what an example observed rather than timed) as a table.
 
-    One row per note; mapping notes spread over one column per key where the table then has
-    at most :data:`NOTE_COLUMNS` columns of values, any other mapping is one cell with a line per key, a list is joined
+    One row per note; mapping notes with at most :data:`NOTE_COLUMNS` keys in all spread over
+    one column per key, any other mapping is one cell with a line per key, a list is joined
     with semicolons, anything else goes in the column "value"; a count of bytes the code wrote
     (``1073741824 B``) in binary units (``1 GiB``). Code names (a key with ``_``
     or ``.``) are set as code; long kernel names may break, so the table fits the column.
@@ -386,8 +384,7 @@ def notes_markdown(request: NotesRequest, group: Group) -> str:
         )
     mappings = [notes[n] for n in names if isinstance(notes[n], dict)]
     columns = list(dict.fromkeys(k for m in mappings for k in m))
-    plain = any(not isinstance(notes[n], dict) for n in names)
-    spread = len(columns) + plain <= NOTE_COLUMNS
+    spread = len(columns) <= NOTE_COLUMNS
     if not spread:
         columns = []
     if any(not isinstance(notes[n], dict) or not spread for n in names):
