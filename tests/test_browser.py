@@ -15,7 +15,9 @@ so no reader scrolls sideways for a figure, and no header may hold a metric iden
 (a word with an underscore outside code, or an identifier of ``examples/lab/metrics.py``
 that is not a word); every plot must carry hover values and no axis, tick or legend text
 in e-notation or naming an identifier, and every page of the book its reading time; then
-at 390 px (a phone) the page itself must not scroll sideways. Chapter 6, opened at a link to a heading inside a folded "In depth" section, opens it.
+at 390 px (a phone) the page itself must not scroll sideways. The landing page's four boxes (who the
+book is for, what to know first, where to start, when it was measured) must have their titles on
+the first screen at 1400 px. Chapter 6, opened at a link to a heading inside a folded "In depth" section, opens it.
 These width checks run in the light pass only: a palette changes colours, not widths.
 
 Each pass opens its pages one after the other in one tab (a page is a new document
@@ -256,6 +258,19 @@ DEPTH_LINK_JS = """async (id) => {
 }"""
 
 
+# The landing page, as a newcomer first sees it at 1400 px: who the book is for, what to know first,
+# where to start and when it was measured, each box's title inside the first screen, not below it.
+LANDING_BOXES = ("Who it is for", "What to know first", "Where to start", "When it was measured")
+LANDING_JS = """([titles, height]) => {
+  window.scrollTo(0, 0);
+  const found = new Map([...document.querySelectorAll("article .admonition-title")]
+    .map(el => [el.textContent.trim(), el.getBoundingClientRect().bottom]));
+  return titles.filter(t => !found.has(t) || found.get(t) > height)
+    .map(t => found.has(t) ? `"${t}" ends ${Math.round(found.get(t))} px down, below the first screen`
+                           : `no box titled "${t}"`);
+}"""
+
+
 SEARCH_INDEX = "/search/search_index.json"
 
 
@@ -340,7 +355,7 @@ def test_every_page_renders_cleanly(scheme, browser, server, site):
     not_words = sorted(metrics.not_words())
     report = []
     tables = numeric = plots = 0
-    depth_checked = False
+    depth_checked = landing_checked = False
     try:
         page = context.new_page()  # one tab: each page of the pass is opened in it in turn
         visit.watch(page)
@@ -384,6 +399,10 @@ def test_every_page_renders_cleanly(scheme, browser, server, site):
                 visit.problems += [f"{path}: {text}" for text in drawn["problems"]]
                 if not drawn["reading_time"] and not path.startswith("/notebooks/") and path != "/404.html":
                     visit.problems.append(f"{path}: no reading time under the title")
+                if path == "/":
+                    landing_checked = True
+                    visit.problems += [f"{path}: {text}" for text in
+                                       page.evaluate(LANDING_JS, [list(LANDING_BOXES), DESKTOP["height"]])]
                 laid = page.evaluate(TABLES_JS, not_words)
                 page.set_viewport_size(PHONE)
                 wide = page.evaluate(PAGE_OVERFLOW_JS)
@@ -412,6 +431,7 @@ def test_every_page_renders_cleanly(scheme, browser, server, site):
         assert tables and numeric, f"no table with numbers on the {len(pages)} pages: the width check is vacuous"
         assert plots > 10, f"only {plots} plots on the {len(pages)} pages: the plot checks are vacuous"
         assert depth_checked, f"{DEPTH_LINK[0]} was not among the pages: the folded-link check is vacuous"
+        assert landing_checked, "the landing page was not among the pages: its first-screen check is vacuous"
     problems = visit.problems + [f"request to a foreign host, aborted: {url}" for url in dict.fromkeys(visit.foreign)]
     assert not problems, f"{len(problems)} problems in the '{scheme}' palette:\n" + "\n".join(problems)
     print("\n".join(report))

@@ -242,6 +242,17 @@ def test_a_legend_says_a_case_value_in_words_unless_the_page_renames_it():
             if is_identifier(t, words)] == ["all_gather", "dist.all_reduce", "algbw", "gpus (GB/s)"]
 
 
+def test_a_legend_of_numbers_names_what_they_count_unless_the_page_renames_it(fixture_store):
+    """A series keyed by a number says which key (``layers = 32``): a bare ``32`` beside a line says nothing."""
+    group = fixture_store.topic(TOPIC, H200)[0]
+    request = req(f"<!-- lab:plot {TOPIC} x=mode y=time series=layers xlabel=mode ylabel=time -->")
+    found, _, _ = series_of(request, group)
+    assert sorted(s.label for s in found) == ["layers = 32", "layers = 8"]
+    assert sorted(s.key for s in found) == ["32", "8"]  # what legend=, lines= and annotate= name
+    renamed = req(f'<!-- lab:plot {TOPIC} x=mode y=time series=layers legend="8:eight layers" xlabel=m ylabel=t -->')
+    assert sorted(s.label for s in series_of(renamed, group)[0]) == ["eight layers", "layers = 32"]
+
+
 # -- the built book --------------------------------------------------------------------------
 
 class _Figures(HTMLParser):
@@ -313,6 +324,20 @@ def test_no_plot_of_the_book_shows_a_metric_identifier(built_site):
     assert seen >= 12
     assert not found, (f"{len(found)} identifiers drawn in plots (give the case value words in CASE_VALUES of "
                        "examples/lab/metrics.py, or the plot a legend=):\n" + "\n".join(found))
+
+
+def test_no_plot_of_the_book_has_a_legend_that_is_a_bare_number(built_site):
+    """Each series' label (the CSV's ``series`` column is the legend): words, never ``1024`` alone
+    (Chapter 7's CSR-against-BF16 plot named its two shapes by their k)."""
+    seen, bare = 0, []
+    for page, f in book_figures(built_site):
+        rows = list(csv.DictReader(io.StringIO((page.parent / dict(f["links"])["lab-plot__csv"]).read_text())))
+        labels = {r["series"] for r in rows if r.get("series")}
+        seen += bool(labels)
+        bare += [f"{page.relative_to(built_site)} {f['id']}: {label!r}" for label in sorted(labels)
+                 if re.fullmatch(r"[\d.,\s]+", label)]
+    assert seen >= 10, seen
+    assert not bare, "legends that are bare numbers:\n" + "\n".join(bare)
 
 
 def test_the_capstone_ladder_is_bars_of_every_rung_per_gpu_against_a_roof_at_one(built_site):

@@ -1,6 +1,7 @@
 """The reading hook: reading time under every title, and the examples' files in the site."""
 from __future__ import annotations
 
+import html
 import re
 from types import SimpleNamespace
 
@@ -391,3 +392,25 @@ def test_every_example_file_or_command_the_prose_names_is_a_link_to_its_file(bui
 
 
 _PRE = re.compile(r"<pre\b.*?</pre>", re.S)
+
+
+#: A chapter's closing sections, which are not a stretch of its main line: no "Remember" box of their own.
+CLOSING_SECTIONS = {"What to remember", "Run it yourself", "Problems"}
+
+
+@pytest.mark.parametrize("name", [p for p in PAGES if p not in {"index", "glossary", "numbers"}])
+def test_every_section_of_a_chapter_holds_its_own_remember_box(built_site, name):
+    """A "what to remember" box inside each section, not only at the chapter's end (issue 25,
+    section 3): every ``<h2>`` of a chapter but its closing ones is followed, before the next
+    ``<h2>``, by an admonition titled "Remember" (inside a folded "In depth" section too)."""
+    text = (built_site / name / "index.html").read_text(encoding="utf-8")
+    article = text[text.index("<h1"):text.index("</article>")]
+    heads = [(m.start(), html.unescape(re.sub(r"<[^>]+>", "", m.group(1))).rstrip("¶").strip())
+             for m in re.finditer(r"<h2 id=\"[^\"]+\"[^>]*>(.*?)</h2>", article, flags=re.S)]
+    boxes = [m.start() for m in re.finditer(r'<p class="admonition-title">Remember</p>', article)]
+    assert len(heads) >= 6, f"{name}: only {len(heads)} sections"
+    ends = [start for start, _ in heads[1:]] + [len(article)]
+    lacking = [title for (start, title), end in zip(heads, ends)
+               if title not in CLOSING_SECTIONS and not any(start < b < end for b in boxes)]
+    assert not lacking, f"{name}: sections without a 'Remember' box: {lacking}"
+    assert {title for _, title in heads} >= CLOSING_SECTIONS, f"{name}: {[t for _, t in heads]}"

@@ -508,18 +508,38 @@ def test_naming_metrics_drops_rows_that_have_none_of_them(fixture_store):
 def test_notes_come_from_the_latest_run_and_spread_mappings_over_columns(fixture_store):
     text = markdown.notes(req("<!-- lab:notes fixture.launch -->"), fixture_store.topic(TOPIC, H200), link)
     assert re.findall(r'^===!? "(.*)"$', text, flags=re.M) == ["NVIDIA H200"]  # only it has notes
-    assert "    | note | raised | then, ending the capture | value |\n    |:--|:--|:--|:--|\n" in text
+    # The mappings spread over their keys' columns in one table, the notes of one value in another
+    # (a table of both left a column empty on every row: Appendix A's collectives ran past the column).
+    assert "    | note | raised | then, ending the capture |\n    |:--|:--|:--|\n" in text
     assert ("    | item | RuntimeError: operation not permitted when stream is capturing | RuntimeError: "
-            "operation failed due to a previous error during capture | — |") in text
-    assert "| cpu | RuntimeError: cannot copy to pageable memory \\| while capturing | — | — |" in text
+            "operation failed due to a previous error during capture |\n") in text
+    assert "| cpu | RuntimeError: cannot copy to pageable memory \\| while capturing | — |\n\n" in text
+    assert "    | note | value |\n    |:--|:--|\n" in text
     # A long kernel name may break after its separators, so the table fits the column.
-    assert ("| kernel | — | — | void at:<wbr>:<wbr>native:<wbr>:<wbr>vectorized_<wbr>elementwise_<wbr>"
+    assert ("| kernel | void at:<wbr>:<wbr>native:<wbr>:<wbr>vectorized_<wbr>elementwise_<wbr>"
             "kernel&lt;<wbr>4&gt; |") in text
-    assert "| sizes | — | — | 8; 32 |" in text
+    assert "| sizes | 8; 32 |" in text
+    assert text.index("| item |") < text.index("| cpu |") < text.index("| note | value |") < text.index("| kernel |")
     only = markdown.notes(req("<!-- lab:notes fixture.launch keys=sizes -->"), fixture_store.topic(TOPIC), link)
     assert "| note | value |" in only and "item" not in only
     with pytest.raises(figures.SelectionError, match="has no note 'nope' \\(notes: item, cpu, kernel, sizes\\)"):
         markdown.notes(req("<!-- lab:notes fixture.launch keys=nope -->"), fixture_store.topic(TOPIC, H200), link)
+
+
+def test_notes_keep_their_order_in_one_table_per_run_of_one_kind():
+    """A note of one value between two spread mappings splits them: three tables, in the notes' order,
+    none with a column that is '—' on every row."""
+    notes = {"settings": {"default": "NCCL's own", "CTAS=2": "2"}, "model": "24 x Linear",
+             "buckets": [32, 0.01], "choice": {"default": "RING/LL"}}
+    group = SimpleNamespace(topic=TOPIC, slug=H200, record=SimpleNamespace(notes=notes))
+    text = markdown.notes_markdown(req("<!-- lab:notes fixture.launch -->"), group)
+    tables = text.split("\n\n")
+    assert [t.split("\n")[0] for t in tables] == ["| note | default | CTAS=2 |", "| note | value |", "| note | default |"]
+    assert "| settings | NCCL's own | 2 |" in tables[0] and "| choice | RING/LL |" in tables[2]
+    assert "| model | 24 x Linear |\n| buckets | 32; 0.01 |" in tables[1]
+    for table in tables:
+        rows = [line.split(" | ") for line in table.split("\n")[2:]]
+        assert not any(all(r[i].strip(" |") == "—" for r in rows) for i in range(1, len(rows[0]))), table
 
 
 def test_the_timers_named_are_those_of_the_metrics_shown():

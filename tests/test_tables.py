@@ -214,6 +214,21 @@ def test_no_built_table_has_a_column_that_carries_nothing(built_site):
                     (page, name, head)
 
 
+def test_no_built_notes_table_sets_one_value_notes_beside_spread_mappings(built_site):
+    """A notes table is either ``note | value`` or ``note | key ...``: a note of one value never shares a
+    table with mappings spread over their keys (Appendix A's collectives: five collectives' columns
+    and "value", every row '—' in all but one, ran past the text column at 1400 px)."""
+    notes_tables = 0
+    for page, text in built_pages(built_site):
+        for table in re.findall(r"<table>.*?</table>", text, flags=re.S):
+            head = [plain(h).strip() for h in re.findall(r"<th[^>]*>(.*?)</th>", table, flags=re.S)]
+            if head[:1] != ["note"]:
+                continue
+            notes_tables += 1
+            assert head == ["note", "value"] or "value" not in head, (page, head)
+    assert notes_tables > 20, notes_tables
+
+
 class _Tables(HTMLParser):
     """Each ``<table>`` of a page: its headers and its rows, as text, less what is set as code."""
 

@@ -366,13 +366,18 @@ LONG_TOKEN = 24
 
 
 def notes_markdown(request: NotesRequest, group: Group) -> str:
-    """The notes of a group's latest run (what an example observed rather than timed) as a table.
+    """The notes of a group's latest run (what an example observed rather than timed) as tables.
 
     One row per note; mapping notes with at most :data:`NOTE_COLUMNS` keys in all spread over
     one column per key, any other mapping is one cell with a line per key, a list is joined
     with semicolons, anything else goes in the column "value"; a count of bytes the code wrote
     (``1073741824 B``) in binary units (``1 GiB``). Code names (a key with ``_``
     or ``.``) are set as code; long kernel names may break, so the table fits the column.
+
+    Notes spread over their keys' columns and notes with one value are never rows of the same
+    table: each run of consecutive notes of one kind is a table of its own (``note | key ... ``
+    or ``note | value``), in the notes' order. A table holding both gave every row a column it
+    left empty ('—'), and five collectives' columns beside "value" ran past the text column.
     """
     notes = group.record.notes
     names = list(request.keys) if request.keys else list(notes)
@@ -383,26 +388,30 @@ def notes_markdown(request: NotesRequest, group: Group) -> str:
             if missing else f"topic {group.topic} on {group.slug} has no notes"
         )
     mappings = [notes[n] for n in names if isinstance(notes[n], dict)]
-    columns = list(dict.fromkeys(k for m in mappings for k in m))
-    spread = len(columns) <= NOTE_COLUMNS
-    if not spread:
-        columns = []
-    if any(not isinstance(notes[n], dict) or not spread for n in names):
-        columns.append("value")
+    spread = len(dict.fromkeys(k for m in mappings for k in m)) <= NOTE_COLUMNS
+    runs: list[tuple[bool, list[str]]] = []  # (spread over keys, the notes' names), in order
+    for name in names:
+        kind = isinstance(notes[name], dict) and spread
+        if runs and runs[-1][0] == kind:
+            runs[-1][1].append(name)
+        else:
+            runs.append((kind, [name]))
+    return "\n\n".join(_notes_table(notes, run, kind) for kind, run in runs)
+
+
+def _notes_table(notes: dict, names: list[str], spread: bool) -> str:
+    """One table of notes: ``names`` spread over one column per key of theirs, or in "value"."""
+    columns = list(dict.fromkeys(k for n in names for k in notes[n])) if spread else ["value"]
     lines = ["| note | " + " | ".join(map(_note_key, columns)) + " |",
              "|" + "|".join([":--"] * (len(columns) + 1)) + "|"]
     for name in names:
         note = notes[name]
-        if isinstance(note, dict) and spread:
-            cells = note
+        if spread:
+            shown = [_note_value(note[c]) if c in note else "—" for c in columns]
         elif isinstance(note, dict):
-            cells = {"value": "<br>".join(f"{_note_key(k)}: {_note_value(v)}" for k, v in note.items())}
-            shown = [cells[c] if c in cells else "—" for c in columns]
-            lines.append(f"| {cell(sizes_in_text(name))} | " + " | ".join(shown) + " |")
-            continue
+            shown = ["<br>".join(f"{_note_key(k)}: {_note_value(v)}" for k, v in note.items())]
         else:
-            cells = {"value": note}
-        shown = [_note_value(cells[c]) if c in cells else "—" for c in columns]
+            shown = [_note_value(note)]
         lines.append(f"| {cell(sizes_in_text(name))} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
 

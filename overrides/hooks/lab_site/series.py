@@ -47,7 +47,8 @@ def series_of(request: PlotRequest, group: Group, source: str | None = None
     left out, and the points follow that order. Two rows at the same x of the same
     series mean the filters leave a key free: that is an error. A series is labelled
     with its value as a table prints it (``eager``; ``all-gather`` for ``all_gather``,
-    ``64 Mi`` for a count of ``67108864`` elements: :func:`lab_site.labels.case`), or as ``legend=`` renames it.
+    ``64 Mi`` for a count of ``67108864`` elements: :func:`lab_site.labels.case`), a number after its
+    key's words (``size k = 1024``), or as ``legend=`` renames it.
     """
     rows = select(group, request.where)
     where = f"topic {group.topic} on {group.slug}"
@@ -89,9 +90,18 @@ def series_of(request: PlotRequest, group: Group, source: str | None = None
         elif all(isinstance(p.x, (int, float)) and not isinstance(p.x, bool) for p in points):
             points = sorted(points, key=lambda p: p.x)
         key = case_value(value) if series_key else None
-        label = (request.legend.get(key) or labels.case(series_key, value, request.topic)) if key is not None else None
+        label = (request.legend.get(key) or _legend(request.topic, series_key, value)) if key is not None else None
         out.append(Series(label, tuple(points), key))
     return out, units.pop(), figures
+
+
+def _legend(topic: str, key: str, value) -> str:
+    """A series' label where the page gives none: its value as a table prints it (``all-gather``), and a
+    number with its key's words (``size k = 1024``, not a bare ``1024`` that says nothing of what it counts)."""
+    shown = labels.case(key, value, topic)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{labels.key(topic, key)} = {shown}"
+    return shown
 
 
 def machine_series(request: PlotRequest, topics: Sequence[Sequence[Group]]
