@@ -175,29 +175,42 @@ SBATCH = REPO / "examples" / "collectives" / "slurm_collectives.sbatch"
 
 
 def test_the_sbatch_script_starts_one_torchrun_per_node(tmp_path):
-    """With stand-ins for srun and scontrol: the command srun is given, for two nodes of eight GPUs."""
+    """With stand-ins for srun, scontrol and nvidia-smi: the command srun is given, for two nodes
+    of eight GPUs. The one task per node gets all the node's CPUs (it starts every rank of the
+    node; bound to one CPU, they would all share it), and without SLURM_GPUS_ON_NODE a node's
+    GPUs are counted by index, not by the lines of ``nvidia-smi -L`` (which lists MIG slices too)."""
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     said = tmp_path / "srun.args"
-    (bin_ / "srun").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> {said}\n')
+    # srun runs the one command it is given on the first node (the GPU count); the launch is recorded.
+    (bin_ / "srun").write_text('#!/bin/sh\nif [ "$1" = --nodes=1 ]; then shift 2; exec "$@"; fi\n'
+                               f'printf "%s\\n" "$@" >> {said}\n')
     (bin_ / "scontrol").write_text('#!/bin/sh\nprintf "gpu-a\\ngpu-b\\n"\n')
+    (bin_ / "nvidia-smi").write_text('#!/bin/sh\nif [ "$1" = -L ]; then printf "GPU 0\\n  MIG 0\\n  MIG 1\\nGPU 1\\n"; '
+                                     'else printf "0\\n1\\n"; fi\n')
     for stub in bin_.iterdir():
         stub.chmod(0o755)
     python = tmp_path / "python"  # the validate step after srun: a stand-in too
     python.write_text("#!/bin/sh\nexit 0\n")
     python.chmod(0o755)
     env = {"PATH": f"{bin_}:/usr/bin:/bin", "SLURM_NNODES": "2", "SLURM_JOB_ID": "77",
-           "SLURM_JOB_NODELIST": "gpu-[a-b]", "SLURM_GPUS_ON_NODE": "8", "PYTHON": str(python)}
+           "SLURM_JOB_NODELIST": "gpu-[a-b]", "SLURM_GPUS_ON_NODE": "8", "SLURM_CPUS_ON_NODE": "64",
+           "PYTHON": str(python)}
     proc = subprocess.run(["bash", str(SBATCH), "collectives.ring_allreduce"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     args = said.read_text().splitlines()
-    assert args[:3] == ["--ntasks-per-node=1", "--kill-on-bad-exit=1", str(python)]
+    assert args[:4] == ["--ntasks-per-node=1", "--cpus-per-task=64", "--kill-on-bad-exit=1", str(python)]
     line = " ".join(args)
     assert ("-m torch.distributed.run --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d "
             "--rdzv-endpoint gpu-a:29500 --rdzv-id 77 -m examples.lab run collectives.ring_allreduce "
             "--device cuda --out records-slurm-77") in line, line
     assert "2 node(s) x 8 rank(s)" in proc.stdout
+    said.unlink()
+    counted = subprocess.run(["bash", str(SBATCH)], cwd=REPO, capture_output=True, text=True, timeout=30,
+                             env={k: v for k, v in env.items() if k != "SLURM_GPUS_ON_NODE"})
+    assert counted.returncode == 0, counted.stderr
+    assert "--nproc-per-node 2 " in " ".join(said.read_text().splitlines()) + " ", "two GPUs, not four lines"
     unset = subprocess.run(["bash", str(SBATCH)], cwd=REPO, env={"PATH": env["PATH"]},
                            capture_output=True, text=True, timeout=30)
     assert unset.returncode != 0 and "run this script with sbatch" in unset.stderr
