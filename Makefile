@@ -4,6 +4,7 @@
 #                (RECORDS=DIR adds your records, from `python -m examples.lab run --out DIR`)
 #   make test    the same set-up, plus Debian's Chromium; build the site and run every test
 #                (on PYTEST_WORKERS=2 processes, reading that build as it is done)
+#   make pdf     the same set-up and Chromium; build the site, print its print edition to $(PDF)
 #
 # Set-up is idempotent: stamp files under .venv/ and node_modules/ record what is
 # done, and are redone only when pyproject.toml or package-lock.json change.
@@ -20,19 +21,23 @@ BIN    := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 CHROMIUM   := /usr/bin/chromium
 SITE_DIR   := site
+# make pdf's output; links in it to the site's files (records, sources) point at SITE_URL.
+PDF        ?= $(SITE_DIR)/python-to-silicon.pdf
+SITE_URL   ?= http://127.0.0.1:8000/
 # Material 9.7+ prints an end-of-life banner on every build; the pins are deliberate.
 export NO_MKDOCS_2_WARNING := 1
 # make serve RECORDS=DIR (or build): a folder of your own records, shown beside the book's.
 RECORDS ?=
 LAB_ENV := $(if $(strip $(RECORDS)),LAB_EXTRA_RECORDS="$(abspath $(RECORDS))")
 
-.PHONY: help setup serve build test clean distclean
+.PHONY: help setup serve build test pdf clean distclean
 
 help:
 	@echo "make serve   build and serve the site at http://127.0.0.1:8000"
 	@echo "             RECORDS=DIR: your records (examples.lab run --out DIR) beside the book's"
 	@echo "make test    set up, install Chromium, build the site, run every test"
 	@echo "make build   build the site into $(SITE_DIR)/ (strict)"
+	@echo "make pdf     build the site, then print the book to $(PDF) with Chromium"
 	@echo "make clean   remove the built site; make distclean also .venv/ and node_modules/"
 
 # The set-up's parts run side by side (make -j): npm's download beside pip's (each mostly
@@ -132,6 +137,13 @@ test: setup $(CHROMIUM)
 	  echo "error: mkdocs build --strict failed ($$(cat "$$scratch/build.status"))" >&2; exit 1; fi; \
 	if [ $$suite -eq 5 ] && [ $$pages -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 5; fi; \
 	for s in $$suite $$pages; do if [ $$s -ne 0 ] && [ $$s -ne 5 ]; then exit $$s; fi; done
+
+# The print edition: the strict build (whose print_page/ holds every chapter), printed by the
+# browser tests' Chromium (overrides/print_pdf.py), which then checks that the PDF holds every
+# chapter's title and every plot. SITE_URL: where its links to the site's files point.
+pdf: setup $(CHROMIUM)
+	$(LAB_ENV) $(BIN)/mkdocs build --strict -d $(SITE_DIR)
+	$(BIN)/python overrides/print_pdf.py $(SITE_DIR) $(PDF) --site-url "$(SITE_URL)"
 
 clean:
 	rm -rf $(SITE_DIR)

@@ -284,6 +284,8 @@ def test_only_the_first_tab_of_a_tabbed_block_is_on_the_main_line():
 
 def _chapters(built_site):
     for page in sorted(built_site.glob("*/index.html")):
+        if page.parent.name == "print_page":  # the print edition: every chapter again, on one page
+            continue
         text = page.read_text(encoding="utf-8")
         if 'class="lab-provenance"' in text:  # a chapter with records
             yield page, text

@@ -36,6 +36,7 @@ FIRST = (
     "tests/test_notebooks.py",                  # every notebook in a Jupyter kernel; the site at the end
     "tests/test_capstone.py",                   # the fused kernels in Triton's interpreter
     "tests/test_browser.py",                    # Chromium, every page in two palettes
+    "tests/test_print_edition.py",              # Chromium prints the whole book to PDF (about a minute)
     "tests/test_calculators.py",                # Chromium on five pages, and each widget's Python twin
     "tests/test_examples.py::test_runs_on_cpu[collectives.ring_allreduce]",
     "tests/test_lab.py",

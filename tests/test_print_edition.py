@@ -1,0 +1,62 @@
+"""The print edition: the site's ``print_page/`` (mkdocs-print-site-plugin) and the PDF that
+``make pdf`` prints from it (``overrides/print_pdf.py``, Debian's Chromium through Playwright).
+
+Both read the site the suite already builds (``built_site``: under ``make test``, its own strict
+build), so the print edition costs the suite one Chromium print of one page (about a minute on
+16 cores), not a second build. What is checked against the site's own pages (mkdocs.yml's nav, less
+the pages the edition leaves out): every chapter's title and every plot's caption is on the print
+page and in the PDF's text, and the print page prints without a broken image, a failed or foreign
+request, an error, or a formula left unrendered.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO / "overrides") not in sys.path:
+    sys.path.insert(0, str(REPO / "overrides"))
+
+import print_pdf  # noqa: E402
+
+MKDOCS_YML = REPO / "mkdocs.yml"
+
+
+def test_print_page_holds_every_chapter_and_plot(built_site):
+    chapters = print_pdf.chapters(built_site, MKDOCS_YML)
+    # Vacuity: the nav's chapters 1-9 and the landing page at least, and the book's plots.
+    assert len(chapters) >= 10, f"only {len(chapters)} pages of the nav in the print edition: {chapters}"
+    assert sum(len(plots) for _, _, plots in chapters) > 10, "the chapters hold almost no plots: the check is vacuous"
+    assert all(title for _, title, _ in chapters), f"a page without a title: {chapters}"
+    problems = print_pdf.check_print_page(built_site, MKDOCS_YML)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_chapter_missing_from_the_print_page_is_caught(built_site):
+    """The check above reads the chapters from the site's pages, not from the print page itself."""
+    page = (built_site / print_pdf.PRINT_PAGE / "index.html").read_text(encoding="utf-8")
+    cut = re.sub(r'<section class="print-page" id="cuda-graphs".*?(?=<section class="print-page" id=)', "",
+                 page, count=1, flags=re.S)
+    assert cut != page, "no section for cuda-graphs.md on the print page"
+    problems = print_pdf.check_print_page(built_site, MKDOCS_YML, page=cut)
+    assert any(p.startswith("cuda-graphs.md: the print page has no chapter") for p in problems), problems
+    assert any(p.startswith("cuda-graphs.md: the print page lacks the plot") for p in problems), problems
+
+
+@pytest.mark.browser
+def test_pdf_holds_every_chapter_and_plot(built_site, tmp_path):
+    pdf = tmp_path / "python-to-silicon.pdf"
+    try:
+        done = print_pdf.render(built_site, pdf)
+    except print_pdf.PrintError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    problems, pages = print_pdf.check_pdf(built_site, MKDOCS_YML, pdf)
+    assert not problems, "\n".join(problems)
+    plots = sum(len(p) for _, _, p in print_pdf.chapters(built_site, MKDOCS_YML))
+    assert done["plots"] == plots, f"{done['plots']} plots drawn on the print page, {plots} on the chapters' pages"
+    assert done["opened"] > 0, "no folded answer or section was printed open"
+    assert pages > 100, f"the PDF has only {pages} pages"
+    print(f"{pages} pages, {done['bytes'] / 1e6:.1f} MB, printed in {done['seconds']} s")
