@@ -22,20 +22,16 @@ and section instead.
 from __future__ import annotations
 
 import argparse
-import functools
 import html
-import http.server
 import re
 import sys
-import threading
 import time
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+from site_server import CHROMIUM, CHROMIUM_ARGS, served
+
 PRINT_PAGE = "print_page/"
 DEFAULT_SITE_URL = "http://127.0.0.1:8000/"  # make serve's address
 RENDER_TIMEOUT_MS = 120_000
@@ -74,15 +70,6 @@ PREPARE_JS = """([origin, siteUrl, title]) => {
 }"""
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
-                      ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml",
-                      ".json": "application/json", ".woff2": "font/woff2", ".woff": "font/woff"}
-
-    def log_message(self, format, *args):  # noqa: A002 - the signature is http.server's
-        pass
-
-
 class _Census(HTMLParser):
     def __init__(self):
         super().__init__()
@@ -108,13 +95,9 @@ def render(site: Path, out: Path, site_url: str = DEFAULT_SITE_URL) -> dict:
     census = _Census()
     census.feed(page_html.read_text(encoding="utf-8"))
     site_url = site_url.rstrip("/") + "/"
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, name="print-server", daemon=True).start()
-    origin = f"http://127.0.0.1:{httpd.server_address[1]}"
     problems: list[str] = []
     started = time.monotonic()
-    try:
+    with served(site) as origin:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             try:
@@ -150,9 +133,6 @@ def render(site: Path, out: Path, site_url: str = DEFAULT_SITE_URL) -> dict:
                 partial.replace(out)
             finally:
                 browser.close()
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
     seen["seconds"] = round(time.monotonic() - started, 1)
     seen["bytes"] = out.stat().st_size
     return seen

@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 HOOKS = REPO / "overrides" / "hooks"
-for path in (REPO, HOOKS):
+for path in (REPO, HOOKS, REPO / "overrides"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
@@ -53,30 +53,9 @@ def grouped(*entries: store.Entry) -> list[store.Group]:
 
 def served(site: Path):
     """Context manager: ``http://127.0.0.1:PORT`` serving ``site`` until the block ends."""
-    import contextlib
-    import functools
-    import http.server
-    import threading
+    from site_server import served as serving
 
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
-                          ".js": "text/javascript", ".css": "text/css"}
-
-        def log_message(self, format, *args):  # noqa: A002 - http.server's signature
-            pass
-
-    @contextlib.contextmanager
-    def running():
-        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
-        httpd.daemon_threads = True
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        try:
-            yield f"http://127.0.0.1:{httpd.server_address[1]}"
-        finally:
-            httpd.shutdown()
-            httpd.server_close()
-
-    return running()
+    return serving(site)
 
 
 #: A word with an underscore: an identifier of the code (``all_gather``, ``ms_per_token``).

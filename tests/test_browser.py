@@ -32,10 +32,7 @@ browser's CPU on a 2-core CI, and checked nothing the first page had not.
 """
 from __future__ import annotations
 
-import functools
-import http.server
 import json
-import threading
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -43,15 +40,12 @@ from urllib.parse import urlsplit
 import pytest
 
 from examples.lab import metrics
+from tests.hook_support import served
+from site_server import CHROMIUM, CHROMIUM_ARGS  # noqa: I001 - overrides/, on the path hook_support puts it
 
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 RENDER_TIMEOUT_MS = 20_000
 #: The window a desktop reader has (the text column is then about 720 px) and a phone's.
 DESKTOP = {"width": 1400, "height": 900}
@@ -64,29 +58,10 @@ def site(built_site) -> Path:
     return built_site
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    extensions_map = {
-        **http.server.SimpleHTTPRequestHandler.extensions_map,
-        ".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css",
-        ".json": "application/json", ".svg": "image/svg+xml", ".woff2": "font/woff2", ".woff": "font/woff",
-        ".ttf": "font/ttf", ".wasm": "application/wasm",
-    }
-
-    def log_message(self, format, *args):  # noqa: A002 - the signature is http.server's
-        pass
-
-
 @pytest.fixture(scope="module")
 def server(site):
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(site)))
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, name="site-server", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with served(site) as origin:
+        yield origin
 
 
 class _Census(HTMLParser):

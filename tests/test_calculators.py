@@ -32,7 +32,7 @@ from tests.hook_support import served  # noqa: E402
 
 RECORDS = REPO / "docs" / "records"
 PRIMARY = "nvidia-h200"
-CHROMIUM = Path("/usr/bin/chromium")
+from site_server import CHROMIUM  # noqa: E402 - overrides/, on the path hook_support puts it
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update"]
 PAGES = {"launch_budget": "cuda-graphs", "dispatch_budget": "dispatcher",

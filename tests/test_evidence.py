@@ -2,15 +2,12 @@
 in Debian's Chromium on the built site."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from tests.hook_support import served
+from site_server import CHROMIUM  # noqa: I001 - overrides/, on the path hook_support puts it
 
 pytestmark = pytest.mark.browser
-
-CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 
 
