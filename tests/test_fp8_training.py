@@ -80,3 +80,73 @@ def test_missing_torchao_raises_in_process(monkeypatch):
     monkeypatch.delitem(sys.modules, "torchao.float8", raising=False)
     with pytest.raises(fp8_training.MissingTorchao, match=r"needs torchao .*\.\[fp8\]"):
         fp8_training.torchao_float8()
+
+
+def test_steps_compiled_ahead_in_children_are_loaded_not_compiled_again(tmp_path):
+    """Each child compiles one recipe's step into the run's caches; the topic's own compile of
+    the same steps then finds every forward and backward graph there. A child that fails is
+    reported in one line and costs nothing else."""
+    pytest.importorskip("torchao")
+    script = """
+import json
+from examples.lab.compile_ahead import Job, cache_hits, compile_ahead
+from examples.ecosystem import fp8_training as f
+jobs = [Job("examples.ecosystem.fp8_training:compile_one", (r, 64, 128, 256, "cpu")) for r in ("bf16", "tensorwise")]
+jobs.append(Job("examples.ecosystem.fp8_training:no_such_function", ()))
+outcome = compile_ahead(jobs, cores=2)
+f.compile_one("bf16", 64, 128, 256, "cpu")
+f.compile_one("tensorwise", 64, 128, 256, "cpu")
+print(json.dumps({"summary": outcome.summary(), **cache_hits()}))
+"""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+           "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    import json
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                          cwd=os.path.dirname(os.path.dirname(__file__)), timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["summary"].startswith("2 of 3 graphs in "), result
+    assert "no_such_function(): AttributeError" in result["summary"], "the failure, in one line"
+    assert (result["hits"], result["misses"]) == (4, 0), "two steps, a forward and a backward each, all found"
+
+
+def test_the_compile_ahead_children_plan_within_the_gpu_memory_given(monkeypatch):
+    """No more children at once than the memory allows, yet always one: a step too large for the
+    budget still runs (alone), as the topic itself would run it."""
+    import time
+
+    from examples.lab import compile_ahead as ca
+
+    spans, threads_given = {}, []
+
+    class FakeProcess:
+        def __init__(self, job):
+            self.job, self.ends = job, time.monotonic() + 0.15
+
+        def poll(self):
+            now = time.monotonic()
+            if now < self.ends:
+                return None
+            spans[self.job.args[0]] = (spans[self.job.args[0]][0], now)
+            return 0
+
+    def fake_start(job, threads):
+        spans[job.args[0]] = (time.monotonic(), None)
+        threads_given.append(threads)
+        return FakeProcess(job), open(os.devnull, "w+")
+
+    monkeypatch.setattr(ca, "_start", fake_start)
+    jobs = [ca.Job("m:f", (i,), gpu_bytes=4) for i in range(4)] + [ca.Job("m:f", ("big",), gpu_bytes=100)]
+    outcome = ca.compile_ahead(jobs, free_gpu_bytes=12, cores=10)  # 70 % of 12: two small ones at once
+    assert outcome.compiled == 5 and not outcome.failed
+    assert list(spans) == [0, 1, 2, 3, "big"], "in order"
+
+    def together(a, b):
+        return spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
+
+    assert together(0, 1) and together(2, 3), "two fit the budget at once"
+    assert not together(0, 2) and not together(1, 2), "a third waits for room"
+    assert not any(together("big", i) for i in range(4)), "too large for the budget: alone"
+    assert threads_given[0] == 10 // 5, "each child's share of the cores"

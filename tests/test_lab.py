@@ -1049,3 +1049,32 @@ def test_the_runner_imports_the_compiler_stack_up_front_only_for_topics_that_com
 
     assert runner._compiles("compile.modes") and runner._compiles("capstone.fused_decode")
     assert not runner._compiles("dispatch.op_cost") and not runner._compiles("blas.levels")
+
+
+def test_an_autotuners_candidates_are_compiled_once_per_key_all_at_once():
+    """Every configuration it will try, handed to Triton's asynchronous compile (a pool of
+    threads) before its first call for a key; never again for that key, nor for a key it has
+    already tuned."""
+    from triton.runtime import _async_compile
+
+    from examples.lab import compile_candidates as cc
+
+    class FakeAutotuner:
+        arg_names, keys = ["x", "n", "k"], ["n", "k"]
+
+        def __init__(self):
+            self.cache, self.warmed = {}, []
+
+        def warmup(self, *args, grid, **kwargs):
+            mode = _async_compile.active_mode.get()
+            self.warmed.append((args[1:], kwargs, mode is not None))
+
+    tuner, x = FakeAutotuner(), torch.zeros(2, dtype=torch.bfloat16)
+    assert cc.autotune_key(tuner, (x, 4096, 14336), {"INT8": True}) == (4096, 14336, "torch.bfloat16")
+    assert cc.compile_candidates(tuner, None, x, 4096, 14336, INT8=True)
+    assert tuner.warmed == [((4096, 14336), {"INT8": True}, True)], "inside the asynchronous compile mode"
+    assert not cc.compile_candidates(tuner, None, x, 4096, 14336, INT8=True), "once per key"
+    tuner.cache[(4096, 4096, "torch.bfloat16")] = "tuned"
+    assert not cc.compile_candidates(tuner, None, x, 4096, 4096), "a key already tuned"
+    assert cc.compile_candidates(tuner, None, x.float(), 4096, 4096), "another dtype is another key"
+    assert len(tuner.warmed) == 2
