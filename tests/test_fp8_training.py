@@ -89,6 +89,9 @@ def test_steps_compiled_ahead_in_children_are_loaded_not_compiled_again(tmp_path
     pytest.importorskip("torchao")
     script = """
 import json
+import torch
+torch.set_float32_matmul_precision("high")  # and back, as blas.precision leaves it: another cache key
+torch.set_float32_matmul_precision("highest")
 from examples.lab.compile_ahead import Job, cache_hits, compile_ahead
 from examples.ecosystem import fp8_training as f
 jobs = [Job("examples.ecosystem.fp8_training:compile_one", (r, 64, 128, 256, "cpu")) for r in ("bf16", "tensorwise")]
@@ -132,7 +135,7 @@ def test_the_compile_ahead_children_plan_within_the_gpu_memory_given(monkeypatch
             spans[self.job.args[0]] = (spans[self.job.args[0]][0], now)
             return 0
 
-    def fake_start(job, threads):
+    def fake_start(job, threads, settings):
         spans[job.args[0]] = (time.monotonic(), None)
         threads_given.append(threads)
         return FakeProcess(job), open(os.devnull, "w+")

@@ -12,6 +12,14 @@ once. The topic's own compile then finds each graph in Inductor's FX graph cache
 compiled code, loaded rather than built. :func:`cache_hits` counts what the topic found
 there, for its record.
 
+What the children copy from the topic's process: the global switches that Inductor's cache
+key includes (:data:`KEYED_SETTINGS`: the float32 matmul precision, the reduced-precision
+reductions, deterministic algorithms). A child starts with torch's defaults, and the topic's
+process may no longer have them: after ``blas.precision`` sets and puts back
+``set_float32_matmul_precision("highest")``, ``torch.backends.cuda.matmul.fp32_precision``
+reads ``"ieee"``, not the ``"none"`` it started with (the same precision, another key), and
+without the copy no graph a child compiled would be found.
+
 What the children do not keep: the autotuner's choices (``autotune_local_cache`` off). They
 run side by side on one GPU, and a block size timed under that contention could differ from
 one timed alone; the topic tunes its kernels alone, as it would without this. A child that
@@ -60,6 +68,49 @@ class Outcome:
         return text + ("; " + "; ".join(self.failed) if self.failed else "")
 
 
+#: (name, getter, setter) of each switch that enters Inductor's FX graph cache key
+#: (``torch/_inductor/codecache.py``, ``FxGraphHashDetails``); a torch without one skips it.
+KEYED_SETTINGS = (
+    ("torch.backends.cuda.matmul.fp32_precision",
+     lambda t: t.backends.cuda.matmul.fp32_precision,
+     lambda t, v: setattr(t.backends.cuda.matmul, "fp32_precision", v)),
+    ("torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
+     lambda t: t.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+     lambda t, v: setattr(t.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction", v)),
+    ("torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
+     lambda t: t.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+     lambda t, v: setattr(t.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", v)),
+    ("torch.are_deterministic_algorithms_enabled()",
+     lambda t: [t.are_deterministic_algorithms_enabled(), t.is_deterministic_algorithms_warn_only_enabled()],
+     lambda t, v: t.use_deterministic_algorithms(v[0], warn_only=v[1])),
+    ("torch.utils.deterministic.fill_uninitialized_memory",
+     lambda t: t.utils.deterministic.fill_uninitialized_memory,
+     lambda t, v: setattr(t.utils.deterministic, "fill_uninitialized_memory", v)),
+)
+SETTINGS_VARIABLE = "LAB_COMPILE_AHEAD_SETTINGS"
+
+
+def keyed_settings() -> dict:
+    """This process's value of each of :data:`KEYED_SETTINGS` that this torch has."""
+    import torch
+
+    values = {}
+    for name, read, _ in KEYED_SETTINGS:
+        try:
+            values[name] = read(torch)
+        except AttributeError:
+            continue
+    return values
+
+
+def apply_settings(values: dict) -> None:
+    import torch
+
+    for name, _, write in KEYED_SETTINGS:
+        if name in values:
+            write(torch, values[name])
+
+
 def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -70,6 +121,7 @@ def compile_ahead(jobs: list[Job], *, free_gpu_bytes: int | None = None,
     (at least one), and wait for all of them. Never raises for a child's failure: the
     :class:`Outcome` lists it."""
     cores = cores or usable_cores()
+    settings = json.dumps(keyed_settings())
     budget = None if free_gpu_bytes is None else int(free_gpu_bytes * MEMORY_SHARE)
     waiting, running, outcome = list(jobs), [], Outcome()
     began = time.monotonic()
@@ -79,7 +131,7 @@ def compile_ahead(jobs: list[Job], *, free_gpu_bytes: int | None = None,
             job = waiting.pop(0)
             # Each child's share of the cores for Triton's compile workers (its own pool).
             threads = max(1, cores // max(1, min(len(jobs), len(running) + len(waiting) + 1)))
-            running.append((job, *_start(job, threads)))
+            running.append((job, *_start(job, threads, settings)))
             held += job.gpu_bytes
         time.sleep(0.05)
         for entry in list(running):
@@ -101,8 +153,8 @@ def compile_ahead(jobs: list[Job], *, free_gpu_bytes: int | None = None,
     return outcome
 
 
-def _start(job: Job, threads: int):
-    env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": str(threads)}
+def _start(job: Job, threads: int, settings: str):
+    env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": str(threads), SETTINGS_VARIABLE: settings}
     log = tempfile.TemporaryFile(mode="w+")
     process = subprocess.Popen(
         [sys.executable, "-m", "examples.lab.compile_ahead", job.target, json.dumps(list(job.args))],
@@ -132,6 +184,7 @@ def _child(target: str, args: list) -> int:
     import torch._inductor.config as inductor_config
 
     inductor_config.autotune_local_cache = False  # tuned alone, by the topic; see above
+    apply_settings(json.loads(os.environ.get(SETTINGS_VARIABLE, "{}")))  # the parent's cache key
     module, function = target.split(":")
     getattr(importlib.import_module(module), function)(*args)
     return 0
