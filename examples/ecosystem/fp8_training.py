@@ -45,13 +45,6 @@ where a step's time exceeds it, the host (guards, launches, autograd), not
 the GPU, sets the pace, and FP8's extra kernels cost launches as well as
 passes. On the CPU, ``_scaled_mm`` is emulated: the quick run checks the
 recipes, its times say nothing of FP8.
-
-On a GPU the seven steps are first compiled side by side in child processes
-(:mod:`examples.lab.compile_ahead`), which fill the run's compile caches: the
-steps above then load their compiled code instead of building it one after
-another, and the record notes how many graphs the topic found there. The
-code that runs is the same; the children keep no autotuning choice, so every
-kernel's block sizes are still chosen by this process on an otherwise idle GPU.
 """
 
 from __future__ import annotations
@@ -65,7 +58,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from examples.lab.compile_ahead import Job, cache_hits, compile_ahead
 from examples.lab.harness import Unavailable
 from examples.lab.kernels import kernel_names
 
@@ -276,44 +268,12 @@ def wake_compile_workers() -> None:
     maybe_warm_pool()
 
 
-def compile_one(recipe: str, tokens: int, d: int, h: int, device: str = "cuda") -> None:
-    """In a child process (:mod:`examples.lab.compile_ahead`): build, compile and run one
-    step of ``recipe`` exactly as :func:`measure_shape` will, so that its forward and
-    backward graphs are in the run's compile caches when the topic compiles them."""
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    with torch.device(device):
-        base = SwiGLU(d, h).to(dtype)
-    block, forward = build(base, recipe)
-    x = torch.randn(tokens, d, device=device, dtype=dtype)
-    training_step(block, forward, x.clone().requires_grad_())
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def compile_jobs(lab) -> list[Job]:
-    """Every (recipe, shape) this run compiles, with about the GPU memory its step holds:
-    weights, their copy and gradients, and the block's activations and their FP8 copies."""
-    return [Job("examples.ecosystem.fp8_training:compile_one", (recipe, tokens, d, h, lab.device.type),
-                gpu_bytes=2 * (6 * d * h + 8 * tokens * h + 6 * tokens * d) + (512 << 20))
-            for tokens, d, h in shapes(lab)
-            for recipe in ("bf16", *RECIPES_BY_SHAPE.get((tokens, d, h), RECIPES))]
-
-
 def measure(lab) -> None:
     if lab.cuda:
         wake_compile_workers()
     _, _, version = torchao_float8()  # fails first, in one line, without torchao
-    if lab.cuda and not lab.quick:
-        # The seven steps' compiles, most of this topic's time, side by side in child
-        # processes; each step below then loads its compiled code from the run's cache.
-        free, _ = torch.cuda.mem_get_info(lab.device)
-        lab.note("compiled ahead, in child processes", compile_ahead(compile_jobs(lab), free_gpu_bytes=free).summary())
-    before = cache_hits()
     for tokens, d, h in shapes(lab):
         measure_shape(lab, tokens, d, h)
-    after = cache_hits()
-    lab.note("compiled graphs found in the run's cache",
-             f"{after['hits'] - before['hits']} found, {after['misses'] - before['misses']} compiled here")
     lab.note("torchao", version)
     if lab.cuda:
         lab.note("torch", torch.__version__)
