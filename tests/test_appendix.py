@@ -104,8 +104,14 @@ def test_a_summary_counts_figures_and_noisy_ones_per_machine(book, fixtures):
     assert {slug for slug, *_ in per_machine} == {g.slug for g in loaded.groups if g.root.index == 0}
     assert sum(int(f) for _, f, *_ in per_machine) == total
     assert sum(int(n) for *_, n in per_machine) == noisy < total
-    # The book's figures come from at least 3 runs each.
-    assert all(int(runs.split("–")[0]) >= 3 for *_, runs, _ in per_machine)
+    # The book's figures come from at least 3 runs each, or their machine's line names them as
+    # provisional (a multi-GPU machine lent too briefly to run them on two machines yet).
+    for slug, _, _, runs, _ in per_machine:
+        line = next(line for line in head.splitlines() if f"(`{slug}`)" in line)
+        few = [g for g in loaded.groups if g.root.index == 0 and g.slug == slug and g.is_gpu and len(g.runs) < 3]
+        assert (int(runs.split("–")[0]) >= 3) == (not few), slug
+        for g in few:
+            assert f"`{g.topic}` ({len(g.runs)} run" in line.split("provisional", 1)[1], (slug, g.topic)
     summary = generated.summary(fixtures)
     assert summary.startswith("14 figures, 1 noisy")
     assert "- NVIDIA H200 (`nvidia-h200`): 6 figures of 1 topic, runs per topic: 3, 1 noisy" in summary

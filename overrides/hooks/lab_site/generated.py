@@ -481,7 +481,8 @@ def summary(store: Store, topics: Collection[str] | None = None) -> str:
                    and (topics is None or e.record.topic in topics)]
         lines.append(f"- {_machine_name(groups[0].runs[-1])} (`{slug}`): {plural(len(figures), 'figure')} of "
                      f"{plural(len(groups), 'topic')}, runs per topic: {int_span(len(g.runs) for g in groups)}, "
-                     f"{bad} noisy" + (f", {len(skipped)} topics skipped" if skipped else ""))
+                     f"{bad} noisy" + (f", {len(skipped)} topics skipped" if skipped else "")
+                     + _provisional(groups))
     head = (f"{plural(total, 'figure')}, {noisy} noisy (their runs differ by more than {NOISY * 100:g} % of "
             f"the median: shown with ⚠). Each figure is the median across its runs of each run's median.")
     if topics is None and store.left_out:  # a reader's files the book could not use, and why
@@ -490,6 +491,15 @@ def summary(store: Store, topics: Collection[str] | None = None) -> str:
         lines += [f"- `{html.escape(str(path), quote=False)}`: {html.escape(reason, quote=False)}"
                   for path, reason in sorted(store.left_out.items())]
     return "\n".join([head, "", *lines])
+
+
+def _provisional(groups: Sequence[Group]) -> str:
+    """The topics of one machine whose figures come from fewer runs than the book's rule asks."""
+    few = [g for g in groups if g.provisional]
+    if not few:
+        return ""
+    return ("; provisional, from fewer than three runs until measured again: "
+            + ", ".join(f"`{g.topic}` ({plural(len(g.runs), 'run')})" for g in few))
 
 
 def topic_section(store: Store, topic: str, primary: str | None, link: Callable[[Entry], str]) -> str:

@@ -29,7 +29,7 @@ from lab_site.fmt import (bare_range, case_value, date_span, format_bare, format
                           run_date, sizes_in_text, unit_text)
 from lab_site.runs import NOISY
 from lab_site.shortcodes import NotesRequest, PlotRequest, TableRequest, TimelineRequest, ValueRequest
-from lab_site.store import Entry, Group
+from lab_site.store import BOOK_RUNS, Entry, Group
 from lab_site.timeline import Timeline, of_group
 
 STALE_TITLE = prov.STALE_TITLE
@@ -160,7 +160,8 @@ def _caption(group: Group, fixed: list[tuple[str, object]], shown: list[Figure])
         parts.append("Every row: " + ", ".join(f"{cell(labels.key(group.topic, k))} "
                                                f"{cell(labels.case(k, v, group.topic))}" for k, v in fixed) + ".")
     if len(group.runs) > 1:
-        parts.append(f"Each figure: the median of {len(group.runs)} runs, the lowest and highest run beneath it.")
+        parts.append(f"Each figure: the median of {len(group.runs)} runs, the lowest and highest run beneath it"
+                     + (f" (provisional: a figure of the book takes {BOOK_RUNS} runs)." if group.provisional else "."))
     elif any(_iqr(f) is not None for f in shown):
         parts.append("One run: beneath a timed figure, the interquartile range of its repetitions.")
     if any(f.across.noisy for f in shown):

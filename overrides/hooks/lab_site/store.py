@@ -33,6 +33,10 @@ from examples.lab.records import Record, RecordError, counted_runs, load_record,
 
 from lab_site import LabError
 
+#: Independent runs a figure of the book takes (the project's rule: three per GPU kind, not all
+#: on one machine); a group of fewer is :attr:`Group.provisional`.
+BOOK_RUNS = 3
+
 
 #: How a tab names runs on a GPU the book does not own, contributed to its records.
 CONTRIBUTED = "contributed"
@@ -109,6 +113,12 @@ class Group:
     @property
     def is_gpu(self) -> bool:
         return self.record.machine.device == "cuda"
+
+    @property
+    def provisional(self) -> bool:
+        """A GPU figure of the book from fewer runs than a book figure needs (:data:`BOOK_RUNS`):
+        shown, and said to be provisional until it is measured again."""
+        return self.is_gpu and self.root.index == 0 and len(self.runs) < BOOK_RUNS
 
     @property
     def stale(self) -> bool:
