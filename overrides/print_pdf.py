@@ -15,9 +15,10 @@ left unrendered fails the run: the PDF is then not written. ``check_print_page``
 (run before and after printing) say which chapter's title or plot the print page or the PDF lacks,
 against the site's own pages (tests/test_print_edition.py runs the same).
 
-The PDF has no outline (bookmarks): Chromium writes one only into a tagged PDF, and tagging the
-book's plots made it 32 MB against 9 MB. The table of contents at its front links every chapter
-and section instead.
+The PDF's outline (bookmarks: every chapter, and under it its sections) is added after printing
+with pypdf, from the print page's headings and the named destinations Chromium writes for the
+targets of its table of contents: Chromium writes an outline of its own only into a tagged PDF,
+and tagging the book's plots made it 32 MB against 9 MB.
 """
 from __future__ import annotations
 
@@ -67,6 +68,17 @@ PREPARE_JS = """([origin, siteUrl, title]) => {
     plots: document.querySelectorAll("#print-site-page figure.lab-plot svg").length,
     katex_errors: document.querySelectorAll(".katex-error").length,
   };
+}"""
+
+
+# Each chapter of the print page (its section's id and title) and its sections (their headings' ids).
+OUTLINE_JS = r"""() => {
+  const words = el => el ? el.textContent.replace(/\u00b6/g, "").replace(/\s+/g, " ").trim() : "";
+  return [...document.querySelectorAll("#print-site-page section.print-page[id]:not([id=''])")].map(section => ({
+    id: section.id,
+    title: words(section.querySelector("h1")),
+    sections: [...section.querySelectorAll("h2[id]")].map(h => ({id: h.id, title: words(h)})),
+  }));
 }"""
 
 
@@ -120,6 +132,7 @@ def render(site: Path, out: Path, site_url: str = DEFAULT_SITE_URL) -> dict:
                 page.wait_for_load_state("networkidle")
                 page.wait_for_function(READY_JS, arg=census.mermaid)
                 seen = page.evaluate(PREPARE_JS, [origin, site_url, TITLE])
+                chapters_found = page.evaluate(OUTLINE_JS)
                 problems += [f"broken image: {src}" for src in seen["broken_images"]]
                 if seen["katex_errors"]:
                     problems.append(f"{seen['katex_errors']} formulas print as KaTeX errors")
@@ -130,12 +143,55 @@ def render(site: Path, out: Path, site_url: str = DEFAULT_SITE_URL) -> dict:
                 partial = out.with_name(out.name + ".part")
                 page.pdf(path=str(partial), format="A4", print_background=True,
                          margin={"top": "14mm", "bottom": "14mm", "left": "12mm", "right": "12mm"})
+                seen["outline"] = add_outline(partial, chapters_found)
                 partial.replace(out)
             finally:
                 browser.close()
     seen["seconds"] = round(time.monotonic() - started, 1)
     seen["bytes"] = out.stat().st_size
     return seen
+
+
+def add_outline(pdf: Path, found: list[dict]) -> int:
+    """Write into ``pdf`` an outline of ``found`` (OUTLINE_JS's chapters and sections), each item
+    at the page of its heading's named destination; returns the number of items. A heading no
+    link of the print page targets has no destination and no item; a chapter without one fails."""
+    from pypdf import PdfReader, PdfWriter
+
+    reader = PdfReader(pdf)
+    destinations = {name.lstrip("/"): dest for name, dest in reader.named_destinations.items()}
+    writer = PdfWriter(clone_from=reader)
+    items = 0
+    for chapter in found:
+        if chapter["id"] not in destinations:
+            raise PrintError(f"the PDF has no destination for the chapter {chapter['title']!r} (#{chapter['id']})")
+        parent = writer.add_outline_item(
+            title=chapter["title"], page_number=reader.get_destination_page_number(destinations[chapter["id"]]))
+        items += 1
+        for section in chapter["sections"]:
+            if section["id"] in destinations:
+                writer.add_outline_item(title=section["title"], parent=parent,
+                                        page_number=reader.get_destination_page_number(destinations[section["id"]]))
+                items += 1
+    writer.page_mode = "/UseOutlines"  # a viewer opens the outline beside the first page
+    with pdf.open("wb") as file:
+        writer.write(file)
+    return items
+
+
+def outline(pdf: Path) -> list[tuple[str, int, list[tuple[str, int]]]]:
+    """``(chapter title, page, [(section title, page), ...])`` of the PDF's outline, pages from 0."""
+    from pypdf import PdfReader
+
+    reader = PdfReader(pdf)
+    found: list[tuple[str, int, list[tuple[str, int]]]] = []
+    for item in reader.outline:
+        if isinstance(item, list):  # the sections under the chapter before
+            title, page, _ = found[-1]
+            found[-1] = (title, page, [(s.title, reader.get_destination_page_number(s)) for s in item])
+        else:
+            found.append((item.title, reader.get_destination_page_number(item), []))
+    return found
 
 
 # The pages the print edition leaves out (mkdocs.yml, the print-site plugin's ``exclude``): Appendix A's
@@ -192,9 +248,12 @@ def check_pdf(site: Path, mkdocs_yml: Path, pdf: Path) -> tuple[list[str], int]:
     finally:
         document.close()
     problems = []
+    bookmarked = {title: sections for title, _, sections in outline(pdf)}
     for uri, title, plots in chapters(site, mkdocs_yml):
         if title not in text:
             problems.append(f"{uri}: no chapter titled {title!r} in the PDF")
+        if title not in bookmarked:
+            problems.append(f"{uri}: no chapter titled {title!r} in the PDF's outline")
         problems += [f"{uri}: no plot captioned {c!r} in the PDF" for c in plots if c not in text]
     return problems, pages
 
@@ -230,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         print("print_pdf: " + "\n".join(problems), file=sys.stderr)
         return 1
     print(f"print_pdf: {args.out}: {pages} pages, {done['bytes'] / 1e6:.1f} MB, printed in {done['seconds']} s; "
-          f"{done['plots']} plots, {done['opened']} folds printed open, "
+          f"{done['outline']} outline items, {done['plots']} plots, {done['opened']} folds printed open, "
           f"{done['rewritten']} links to the site's files point at {args.site_url}")
     return 0
 

@@ -59,4 +59,15 @@ def test_pdf_holds_every_chapter_and_plot(built_site, tmp_path):
     assert done["plots"] == plots, f"{done['plots']} plots drawn on the print page, {plots} on the chapters' pages"
     assert done["opened"] > 0, "no folded answer or section was printed open"
     assert pages > 100, f"the PDF has only {pages} pages"
+    # The outline: every chapter in the book's order, its sections under it, each at its page.
+    marks = print_pdf.outline(pdf)
+    titles = [t for t, _, _ in marks]
+    book = [t for _, t, _ in print_pdf.chapters(built_site, MKDOCS_YML)]
+    assert [t for t in titles if t in book] == book, titles  # in the book's order (and Appendix A's overview)
+    assert [p for _, p, _ in marks] == sorted(p for _, p, _ in marks) and marks[0][1] > 0, "after the contents"
+    for title, page, sections in marks:
+        assert sections or not title[0].isdigit(), f"chapter {title}: no section in the outline"
+        assert all(page <= p < pages for _, p in sections), title
+        assert [p for _, p in sections] == sorted(p for _, p in sections), title
+    assert done["outline"] == len(marks) + sum(len(s) for _, _, s in marks)
     print(f"{pages} pages, {done['bytes'] / 1e6:.1f} MB, printed in {done['seconds']} s")
