@@ -18,6 +18,7 @@ sys.path.insert(0, str(REPO / "overrides" / "hooks"))
 from lab_site import LabError, claims, generated, labels, store  # noqa: E402
 from lab_site import markdown as render  # noqa: E402
 from lab_site.fmt import NBSP  # noqa: E402
+from examples.lab.records import RUNS_PER_KIND  # noqa: E402
 from tests.fixtures import make_records as mk  # noqa: E402
 from tests.hook_support import entry, grouped  # noqa: E402
 from tests.test_build import page_claims  # noqa: E402
@@ -108,8 +109,8 @@ def test_a_summary_counts_figures_and_noisy_ones_per_machine(book, fixtures):
     # provisional (a multi-GPU machine lent too briefly to run them on two machines yet).
     for slug, _, _, runs, _ in per_machine:
         line = next(line for line in head.splitlines() if f"(`{slug}`)" in line)
-        few = [g for g in loaded.groups if g.root.index == 0 and g.slug == slug and g.is_gpu and len(g.runs) < 3]
-        assert (int(runs.split("–")[0]) >= 3) == (not few), slug
+        few = [g for g in loaded.groups if g.root.index == 0 and g.slug == slug and g.provisional]
+        assert (int(runs.split("–")[0]) >= RUNS_PER_KIND) == (not few), slug
         for g in few:
             assert f"`{g.topic}` ({len(g.runs)} run" in line.split("provisional", 1)[1], (slug, g.topic)
     summary = generated.summary(fixtures)

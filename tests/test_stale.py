@@ -16,7 +16,7 @@ import pytest
 import examples.lab.__main__ as runner
 from examples.lab import registry
 from examples.lab.provenance import source_sha256
-from examples.lab.records import write_record
+from examples.lab.records import RUNS_PER_KIND, write_record
 from tests.fixtures import make_records as mk
 
 REPO = Path(__file__).resolve().parents[1]
@@ -153,7 +153,7 @@ def test_on_a_gpu_only_that_machines_runs_count_and_three_are_needed(tmp_path):
     """A topic stale on the H200 is re-run there, not on an H100; one fresh run is not enough."""
     book, topic = tmp_path / "book", "graphs.launch_cost"
     write(book, topic, current(topic), "r1", "2026-11-20T10:00:00+00:00")  # one current run on the H200
-    for i in range(runner.RUNS_PER_KIND):
+    for i in range(RUNS_PER_KIND):
         write(book, topic, current(topic), f"r{i + 2}", f"2026-11-20T1{i + 1}:00:00+00:00", m=H100)
     assert runner.stale_topics([topic], book, slug="nvidia-h200") == [topic]
     assert runner.stale_topics([topic], book, slug="nvidia-h100-80gb-hbm3") == []

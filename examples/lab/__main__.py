@@ -411,23 +411,19 @@ def _this_machine(device: str) -> str | None:
     return slugify(torch.cuda.get_device_name())
 
 
-#: Current runs a figure needs on each kind of GPU (tests/test_lab.py checks the book has them).
-RUNS_PER_KIND = 3
-
-
 def stale_topics(available: list[str], book, slug: str | None = None) -> list[str]:
     """Topics with no committed record, or whose newest run on some machine was measured by
     code that has changed since (the example, an example module it imports, the harness).
 
     On a GPU (``slug``, its records folder's name) only that machine's records count, and a
-    topic needs :data:`RUNS_PER_KIND` current runs there: a topic stale on the H200 is
+    topic needs ``records.RUNS_PER_KIND`` current runs there: a topic stale on the H200 is
     re-run there, not on an H100, and one fresh run beside stale ones is not enough.
 
     A record that only says it skipped its topic (the one-GPU runs of multi-GPU topics once
     wrote these) measured nothing, so it neither keeps a topic current nor makes it stale.
     """
     from examples.lab.provenance import REPO_ROOT, source_sha256
-    from examples.lab.records import RecordError, load_records
+    from examples.lab.records import RUNS_PER_KIND, RecordError, load_records
 
     try:
         records = load_records(book)

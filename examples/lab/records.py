@@ -35,6 +35,9 @@ SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 #: The run id a version-1 record (which had none) loads with.
 LEGACY_RUN_ID = "v1"
+#: Current runs a figure of the book needs on each kind of GPU (not all on one machine):
+#: ``lab run --stale`` re-runs a topic with fewer; the site calls a figure of fewer provisional.
+RUNS_PER_KIND = 3
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 #: A case parameter or a note: plain JSON scalars, so cases can be matched by value.

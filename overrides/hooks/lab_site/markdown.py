@@ -18,7 +18,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Iterable, Sequence
 
-from examples.lab.records import Metric
+from examples.lab.records import RUNS_PER_KIND, Metric
 
 from lab_site import LabError
 from lab_site import labels
@@ -29,7 +29,7 @@ from lab_site.fmt import (bare_range, case_value, date_span, format_bare, format
                           run_date, sizes_in_text, unit_text)
 from lab_site.runs import NOISY
 from lab_site.shortcodes import NotesRequest, PlotRequest, TableRequest, TimelineRequest, ValueRequest
-from lab_site.store import BOOK_RUNS, Entry, Group
+from lab_site.store import Entry, Group
 from lab_site.timeline import Timeline, of_group
 
 STALE_TITLE = prov.STALE_TITLE
@@ -161,7 +161,7 @@ def _caption(group: Group, fixed: list[tuple[str, object]], shown: list[Figure])
                                                f"{cell(labels.case(k, v, group.topic))}" for k, v in fixed) + ".")
     if len(group.runs) > 1:
         parts.append(f"Each figure: the median of {len(group.runs)} runs, the lowest and highest run beneath it"
-                     + (f" (provisional: a figure of the book takes {BOOK_RUNS} runs)." if group.provisional else "."))
+                     + (f" (provisional: a figure of the book takes {RUNS_PER_KIND} runs)." if group.provisional else "."))
     elif any(_iqr(f) is not None for f in shown):
         parts.append("One run: beneath a timed figure, the interquartile range of its repetitions.")
     if any(f.across.noisy for f in shown):

@@ -29,14 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from examples.lab.provenance import source_sha256
-from examples.lab.records import Record, RecordError, counted_runs, load_record, record_files
+from examples.lab.records import RUNS_PER_KIND, Record, RecordError, counted_runs, load_record, record_files
 
 from lab_site import LabError
-
-#: Independent runs a figure of the book takes (the project's rule: three per GPU kind, not all
-#: on one machine); a group of fewer is :attr:`Group.provisional`.
-BOOK_RUNS = 3
-
 
 #: How a tab names runs on a GPU the book does not own, contributed to its records.
 CONTRIBUTED = "contributed"
@@ -116,9 +111,9 @@ class Group:
 
     @property
     def provisional(self) -> bool:
-        """A GPU figure of the book from fewer runs than a book figure needs (:data:`BOOK_RUNS`):
+        """A GPU figure of the book from fewer runs than a book figure needs (``RUNS_PER_KIND``):
         shown, and said to be provisional until it is measured again."""
-        return self.is_gpu and self.root.index == 0 and len(self.runs) < BOOK_RUNS
+        return self.is_gpu and self.root.index == 0 and len(self.runs) < RUNS_PER_KIND
 
     @property
     def stale(self) -> bool:
