@@ -15,7 +15,7 @@ import torch
 
 from examples.lab import provenance, timing
 from examples.lab.harness import CheckFailed, Lab, requires_cuda, run_measurement
-from examples.lab.records import (RUNS_PER_KIND, SCHEMA_VERSION, RecordError, dump_record, load_records, parse_record,
+from examples.lab.records import (SCHEMA_VERSION, RecordError, dump_record, enough_runs, load_records, parse_record,
                                   write_record)
 from examples.lab.registry import example_files, import_topic, measured_topics, topic_name
 from examples.lab.stats import summarize
@@ -634,7 +634,7 @@ def test_every_book_figure_has_three_independent_runs_per_gpu_kind():
             runs = kinds.get(kind, [])
             boots = {r.run.boot_id for r in runs}
             provisional = needed > 1 and len(runs) >= 2
-            if (len(runs) < RUNS_PER_KIND or len(boots) < 2) and not provisional:
+            if not enough_runs([r.run.boot_id for r in runs]) and not provisional:
                 problems.append(f"{topic} on {kind}: {len(runs)} runs on {len(boots)} machines")
     assert not problems, "; ".join(problems)
 

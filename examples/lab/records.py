@@ -38,6 +38,13 @@ LEGACY_RUN_ID = "v1"
 #: Current runs a figure of the book needs on each kind of GPU (not all on one machine):
 #: ``lab run --stale`` re-runs a topic with fewer; the site calls a figure of fewer provisional.
 RUNS_PER_KIND = 3
+
+
+def enough_runs(boot_ids: list[str | None]) -> bool:
+    """Whether runs on these machine boots (one id per run) make a figure of the book:
+    :data:`RUNS_PER_KIND` of them, not all on one machine."""
+    return len(boot_ids) >= RUNS_PER_KIND and len(set(boot_ids)) >= 2
+
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
 #: A case parameter or a note: plain JSON scalars, so cases can be matched by value.

@@ -33,6 +33,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from examples.lab.records import RUNS_PER_KIND
+
 from lab_site import LabError
 from lab_site import chapters as chapters_mod
 from lab_site import claim_context
@@ -498,7 +500,7 @@ def _provisional(groups: Sequence[Group]) -> str:
     few = [g for g in groups if g.provisional]
     if not few:
         return ""
-    return ("; provisional, from fewer than three runs until measured again: "
+    return (f"; provisional, from fewer than {RUNS_PER_KIND} runs or from one machine, until measured again: "
             + ", ".join(f"`{g.topic}` ({plural(len(g.runs), 'run')})" for g in few))
 
 

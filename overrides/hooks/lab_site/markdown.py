@@ -161,7 +161,7 @@ def _caption(group: Group, fixed: list[tuple[str, object]], shown: list[Figure])
                                                f"{cell(labels.case(k, v, group.topic))}" for k, v in fixed) + ".")
     if len(group.runs) > 1:
         parts.append(f"Each figure: the median of {len(group.runs)} runs, the lowest and highest run beneath it"
-                     + (f" (provisional: a figure of the book takes {RUNS_PER_KIND} runs)." if group.provisional else "."))
+                     + (f" (provisional: a figure of the book takes {RUNS_PER_KIND} runs, on two machines or more)." if group.provisional else "."))
     elif any(_iqr(f) is not None for f in shown):
         parts.append("One run: beneath a timed figure, the interquartile range of its repetitions.")
     if any(f.across.noisy for f in shown):

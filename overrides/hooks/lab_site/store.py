@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from examples.lab.provenance import source_sha256
-from examples.lab.records import RUNS_PER_KIND, Record, RecordError, counted_runs, load_record, record_files
+from examples.lab.records import Record, RecordError, counted_runs, enough_runs, load_record, record_files
 
 from lab_site import LabError
 
@@ -111,9 +111,9 @@ class Group:
 
     @property
     def provisional(self) -> bool:
-        """A GPU figure of the book from fewer runs than a book figure needs (``RUNS_PER_KIND``):
-        shown, and said to be provisional until it is measured again."""
-        return self.is_gpu and self.root.index == 0 and len(self.runs) < RUNS_PER_KIND
+        """A GPU figure of the book from fewer runs, or fewer machines, than a book figure needs
+        (``records.enough_runs``): shown, and said to be provisional until it is measured again."""
+        return self.is_gpu and self.root.index == 0 and not enough_runs([e.record.run.boot_id for e in self.runs])
 
     @property
     def stale(self) -> bool:
