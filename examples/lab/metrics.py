@@ -170,6 +170,7 @@ METRICS: dict[str, str] = {
     "speedup_over_bf16": "speed-up over BF16",
     "speedup_over_eager": "speed-up over eager",
     "speedup_over_no_pdl": "speed-up over no PDL",
+    "speedup_of_padding": "speed-up of padding",
     "speedup_vs_bf16": "speed-up over dense BF16",
     "speedup_vs_fp32": "speed-up over FP32",
     "speedup_vs_tf32": "speed-up over dense TF32",
@@ -201,6 +202,7 @@ METRICS: dict[str, str] = {
 
 #: Per topic, where an identifier means something narrower than :data:`METRICS` says.
 TOPIC_METRICS: dict[str, dict[str, str]] = {
+    "blas.alignment": {"time": "kernel time", "speedup": "speed-up of the transposed read"},
     "capstone.decode": {"time": "prefill time", "rate": "compute rate"},
     "capstone.fused_decode": {"time": "time per call", "speedup": "speed-up over cuBLAS",
                               "fraction_of_copy": "fraction of copy bandwidth"},
@@ -290,9 +292,9 @@ CASE_KEYS: dict[str, str] = {
 #: a record uses (a test checks), so a new key is a decision: a word as it is, or words for it.
 WORD_KEYS = frozenset({
     "allocator", "backend", "band", "batch", "bucket", "collective", "device", "elements", "filter", "format",
-    "graphs", "inputs", "kernel", "kernels", "layer", "layers", "length", "level", "method", "mistake", "mode",
+    "graphs", "inputs", "kernel", "kernels", "layer", "layers", "layout", "length", "level", "method", "mistake", "mode",
     "part", "pattern", "phase", "pools", "precision", "profiler", "provider", "rank", "recipe", "registration",
-    "rung", "setting", "shape", "signals", "sparsity", "step", "timing", "tokens", "trace", "variant", "way",
+    "rung", "setting", "shape", "signals", "sparsity", "step", "timing", "tokens", "trace", "variant", "vocabulary", "way",
     "workload",
 })
 
@@ -304,6 +306,7 @@ TOPIC_CASE_KEYS: dict[str, dict[str, str]] = {
     "ecosystem.fft_conv": {"length": "signal length", "filter": "filter length"},
     "collectives.ddp_overlap": {"all_reduce": "all-reduce"},
     "collectives.ddp_probe": {"bytes": "bucket size"},
+    "blas.alignment": {"gemm": "product", "m": "rows m", "n": "output width n"},
 }
 
 #: Case key -> {value: words}, where a value is an identifier of the code rather than a word a
