@@ -80,7 +80,7 @@ def measure_vocabulary(lab, tokens: int, d: int, dtype) -> None:
             lab.check(name + f", d={d}", call()[some, some], expected[gemm], tolerance=3e-2)
             lab.note(f"kernels, {name}, d={d}", kernels_of(call, lab.device))
             calls[name], flops[name] = call, 2 * tokens * d * vocab
-            rows[name] = ({"d": d, "gemm": gemm, "vocabulary": vocab}, "time")
+            rows[name] = ({"d": d, "product": gemm, "vocabulary": vocab}, "time")
     times = _compare_pairs(lab, calls, rows, d=d)
     for name, t in times.items():
         lab.value(case=rows[name][0], metric="rate", unit="TFLOP/s", value=flops[name] / t.median / 1e6)
@@ -96,7 +96,7 @@ def _compare_pairs(lab, calls, rows, *, d: int):
         times |= lab.compare_rows(
             {slow: calls[slow], fast: calls[fast]}, {slow: rows[slow], fast: rows[fast]},
             baseline=slow, timer="kernel",
-            ratios={fast: ({"d": d, "gemm": gemm, "vocabulary": padded}, "speedup_of_padding", 1.0)})
+            ratios={fast: ({"d": d, "product": gemm, "vocabulary": padded}, "speedup_of_padding", 1.0)})
     return times
 
 

@@ -293,7 +293,7 @@ CASE_KEYS: dict[str, str] = {
 WORD_KEYS = frozenset({
     "allocator", "backend", "band", "batch", "bucket", "collective", "device", "elements", "filter", "format",
     "graphs", "inputs", "kernel", "kernels", "layer", "layers", "layout", "length", "level", "method", "mistake", "mode",
-    "part", "pattern", "phase", "pools", "precision", "profiler", "provider", "rank", "recipe", "registration",
+    "part", "pattern", "phase", "pools", "precision", "product", "profiler", "provider", "rank", "recipe", "registration",
     "rung", "setting", "shape", "signals", "sparsity", "step", "timing", "tokens", "trace", "variant", "vocabulary", "way",
     "workload",
 })
@@ -306,7 +306,7 @@ TOPIC_CASE_KEYS: dict[str, dict[str, str]] = {
     "ecosystem.fft_conv": {"length": "signal length", "filter": "filter length"},
     "collectives.ddp_overlap": {"all_reduce": "all-reduce"},
     "collectives.ddp_probe": {"bytes": "bucket size"},
-    "blas.alignment": {"gemm": "product", "m": "rows m", "n": "output width n"},
+    "blas.alignment": {"m": "rows m", "n": "output width n"},
 }
 
 #: Case key -> {value: words}, where a value is an identifier of the code rather than a word a
