@@ -5,6 +5,8 @@
 #   make test    the same set-up, plus Debian's Chromium; build the site and run every test
 #                (on PYTEST_WORKERS=2 processes, reading that build as it is done)
 #   make pdf     the same set-up and Chromium; build the site, print its print edition to $(PDF)
+#   make publish the site as GitHub Pages serves it (pages.yml): make pdf's PDF and a zip of the
+#                whole site, both inside the site, where its landing page links them
 #
 # Set-up is idempotent: stamp files under .venv/ and node_modules/ record what is
 # done, and are redone only when pyproject.toml or package-lock.json change.
@@ -21,8 +23,11 @@ BIN    := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 CHROMIUM   := /usr/bin/chromium
 SITE_DIR   := site
+# The published site's own copies of the book (make publish; docs/index.md links these two paths).
+SITE_PDF   := $(SITE_DIR)/python-to-silicon.pdf
+SITE_ZIP   := $(SITE_DIR)/python-to-silicon-site.zip
 # make pdf's output; links in it to the site's files (records, sources) point at SITE_URL.
-PDF        ?= $(SITE_DIR)/python-to-silicon.pdf
+PDF        ?= $(SITE_PDF)
 SITE_URL   ?= http://127.0.0.1:8000/
 # Material 9.7+ prints an end-of-life banner on every build; the pins are deliberate.
 export NO_MKDOCS_2_WARNING := 1
@@ -30,7 +35,7 @@ export NO_MKDOCS_2_WARNING := 1
 RECORDS ?=
 LAB_ENV := $(if $(strip $(RECORDS)),LAB_EXTRA_RECORDS="$(abspath $(RECORDS))")
 
-.PHONY: help setup serve build test pdf clean distclean
+.PHONY: help setup serve build test pdf publish clean distclean
 
 help:
 	@echo "make serve   build and serve the site at http://127.0.0.1:8000"
@@ -38,6 +43,7 @@ help:
 	@echo "make test    set up, install Chromium, build the site, run every test"
 	@echo "make build   build the site into $(SITE_DIR)/ (strict)"
 	@echo "make pdf     build the site, then print the book to $(PDF) with Chromium"
+	@echo "make publish build the site, print the book into it, zip the site into it (SITE_URL=...)"
 	@echo "make clean   remove the built site; make distclean also .venv/ and node_modules/"
 
 # The set-up's parts run side by side (make -j): npm's download beside pip's (each mostly
@@ -144,6 +150,21 @@ test: setup $(CHROMIUM)
 pdf: setup $(CHROMIUM)
 	$(LAB_ENV) $(BIN)/mkdocs build --strict -d $(SITE_DIR)
 	$(BIN)/python overrides/print_pdf.py $(SITE_DIR) $(PDF) --site-url "$(SITE_URL)"
+
+# The site as published (.github/workflows/pages.yml): the strict build, the book printed into it
+# as $(SITE_PDF), then the whole site, that PDF included, zipped into it as $(SITE_ZIP) for reading
+# offline (overrides/zip_site.py: the zip leaves itself out). SITE_URL: where the site is
+# published, which the PDF's links to the site's files point at. Always the book's own records:
+# RECORDS is refused before any set-up, as a reader's machine has no place on the published site.
+ifneq ($(filter publish,$(MAKECMDGOALS)),)
+ifneq ($(strip $(RECORDS)),)
+$(error make publish builds the book's own site; RECORDS is for make serve, build, test or pdf)
+endif
+endif
+publish: setup $(CHROMIUM)
+	$(BIN)/mkdocs build --strict -d $(SITE_DIR)
+	$(BIN)/python overrides/print_pdf.py $(SITE_DIR) $(SITE_PDF) --site-url "$(SITE_URL)"
+	$(BIN)/python overrides/zip_site.py $(SITE_DIR) $(SITE_ZIP)
 
 clean:
 	rm -rf $(SITE_DIR)

@@ -85,7 +85,38 @@ def test_pages_workflow_builds_and_deploys_main():
     uses = [step["uses"].split("@")[0] for step in _steps(workflow) if "uses" in step]
     for action in ("actions/configure-pages", "actions/upload-pages-artifact", "actions/deploy-pages"):
         assert action in uses
-    assert "make build" in [step.get("run", "").strip() for step in _steps(workflow)]
+    build = workflow["jobs"]["build"]
+    runs = [step.get("run", "").strip() for step in build["steps"]]
+    assert any(run.startswith("make publish") for run in runs), runs
+
+
+def _makefile_variable(name: str) -> str:
+    found = re.search(rf"^{name}\s*:=\s*(\S+)\s*$", (REPO / "Makefile").read_text("utf-8"), re.M)
+    assert found, f"the Makefile no longer sets {name} :="
+    return found.group(1)
+
+
+def test_pages_workflow_publishes_the_folder_make_publish_fills():
+    """The build job runs `make publish` (PDF and zip into the site) where Debian's Chromium can be
+    installed, with the PDF's links at the published site, and uploads the folder the target fills."""
+    build = _load("pages.yml")["jobs"]["build"]
+    image = build["container"]["image"] if isinstance(build.get("container"), dict) else build.get("container", "")
+    assert re.fullmatch(r"python:3\.11-bookworm", image), f"not a Debian container with Python 3.11: {image!r}"
+    steps = build["steps"]
+    uses = [step.get("uses", "").split("@")[0] for step in steps]
+    assert "actions/setup-python" not in uses, "the container's Python is the build's: setup-python targets Ubuntu"
+    publish = [i for i, step in enumerate(steps) if step.get("run", "").strip().startswith("make publish")]
+    assert len(publish) == 1, [step.get("run") for step in steps]
+    step = steps[publish[0]]
+    assert 'SITE_URL="$SITE_URL"' in step["run"], step["run"]
+    configure = uses.index("actions/configure-pages")
+    assert configure < publish[0], "configure-pages must run before make publish, which reads its base_url"
+    pages_id = steps[configure].get("id")
+    assert pages_id and step["env"]["SITE_URL"] == f"${{{{ steps.{pages_id}.outputs.base_url }}}}", step.get("env")
+    upload = uses.index("actions/upload-pages-artifact")
+    assert upload > publish[0]
+    assert steps[upload]["with"]["path"].rstrip("/") == _makefile_variable("SITE_DIR")
+    assert not any(step.get("run", "").strip().startswith("make build") for step in steps), "a second build"
 
 
 def test_gpu_workflow_has_a_job_per_runner_and_proposes_records():
