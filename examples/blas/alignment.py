@@ -81,22 +81,42 @@ def measure_vocabulary(lab, tokens: int, d: int, dtype) -> None:
             lab.note(f"kernels, {name}, d={d}", kernels_of(call, lab.device))
             calls[name], flops[name] = call, 2 * tokens * d * vocab
             rows[name] = ({"d": d, "product": gemm, "vocabulary": vocab}, "time")
+    # The control: the unpadded input gradient with dy stored in a buffer 50,304 wide and sliced,
+    # so its rows are 16-byte aligned while the product's size stays 50,257.
+    unpadded = VOCABULARIES[0]
+    x, w, _ = _inputs(tokens, d, unpadded, device=lab.device, dtype=dtype, seed=unpadded)
+    dy_wide = torch.randn(tokens, VOCABULARIES[1], device=lab.device, dtype=dtype) / unpadded**0.25
+    dy = dy_wide[:, :unpadded]
+    name = f"{STORED_WIDE}, vocabulary {unpadded}"
+    lab.check(name + f", d={d}", (dy @ w)[some, some], _expected(x, w, dy, some)[GEMMS[1]], tolerance=3e-2)
+    lab.note(f"kernels, {name}, d={d}", kernels_of(lambda: dy @ w, lab.device))
+    calls[name], flops[name] = (lambda: dy @ w), 2 * tokens * d * unpadded
+    rows[name] = ({"d": d, "product": STORED_WIDE, "vocabulary": unpadded}, "time")
     times = _compare_pairs(lab, calls, rows, d=d)
     for name, t in times.items():
         lab.value(case=rows[name][0], metric="rate", unit="TFLOP/s", value=flops[name] / t.median / 1e6)
 
 
+#: The control's product: the unpadded input gradient, its dy's rows stored 50,304 wide.
+STORED_WIDE = "input gradient, dy stored 50,304 wide"
+
+
 def _compare_pairs(lab, calls, rows, *, d: int):
     """Per product, the unpadded and the padded size in alternating rounds: each one's time, and
-    the speed-up of padding, the unpadded time over the padded one of the same round."""
+    the speed-up of padding, the unpadded time over the padded one of the same round. The input
+    gradient's rounds also take the control, with its speed-up over the unpadded product."""
     unpadded, padded = VOCABULARIES
     times = {}
     for gemm in GEMMS:
         slow, fast = f"{gemm}, vocabulary {unpadded}", f"{gemm}, vocabulary {padded}"
-        times |= lab.compare_rows(
-            {slow: calls[slow], fast: calls[fast]}, {slow: rows[slow], fast: rows[fast]},
-            baseline=slow, timer="kernel",
-            ratios={fast: ({"d": d, "product": gemm, "vocabulary": padded}, "speedup_of_padding", 1.0)})
+        variants = {slow: calls[slow], fast: calls[fast]}
+        ratios = {fast: ({"d": d, "product": gemm, "vocabulary": padded}, "speedup_of_padding", 1.0)}
+        if gemm == GEMMS[1]:
+            wide = f"{STORED_WIDE}, vocabulary {unpadded}"
+            variants[wide] = calls[wide]
+            ratios[wide] = ({"d": d, "product": STORED_WIDE, "vocabulary": unpadded}, "speedup_of_padding", 1.0)
+        times |= lab.compare_rows(variants, {v: rows[v] for v in variants}, baseline=slow, timer="kernel",
+                                  ratios=ratios)
     return times
 
 
@@ -129,7 +149,11 @@ def measure_widths(lab, m: int, k: int, widths, dtype) -> None:
         lab.check(f"width {n}", calls[f"N={n}"]()[:64, :64], x[:64].double() @ w[:, :64].double(), tolerance=3e-2)
         lab.note(f"kernels, N={n}", kernels_of(calls[f"N={n}"], lab.device))
     rows = {f"N={n}": ({"m": m, "k": k, "n": n}, "time") for n in widths}
-    times = lab.compare_rows(calls, rows, timer="kernel")
+    # Each width's rate over the narrowest's, paired per round: its time over the narrowest's,
+    # turned into a ratio of rates by the widths' ratio (under 1: each column cost more).
+    base = widths[0]
+    ratios = {f"N={n}": ({"m": m, "k": k, "n": n}, "rate_over_narrowest", n / base) for n in widths[1:]}
+    times = lab.compare_rows(calls, rows, baseline=f"N={base}", ratios=ratios, timer="kernel")
     for n in widths:
         t = times[f"N={n}"]
         lab.value(case={"m": m, "k": k, "n": n}, metric="rate", unit="TFLOP/s",

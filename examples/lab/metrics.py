@@ -157,6 +157,7 @@ METRICS: dict[str, str] = {
     "registers_per_thread": "registers per thread",
     "relative_error": "relative error",
     "reserved": "memory reserved",
+    "rate_over_narrowest": "rate over the narrowest width's",
     "ridge": "ridge point",
     "run": "run time",
     "slow_samples": "samples over 1.25× the fastest",
