@@ -7,18 +7,24 @@ error, failed request, HTTP status >= 400, or request to any host but the local
 server (those are aborted: the book must read offline). Every Mermaid diagram must
 have rendered (Material swaps ``pre.mermaid`` for a ``div.mermaid`` host whose
 closed shadow root holds the SVG, so the host is what can be tested) and every
-formula (``.arithmatex``) must hold KaTeX output.
+formula (``.arithmatex``) must hold KaTeX output. In either palette every page of the book must
+show its reading time, and a plot's text in the page's colour must contrast with the page (4.5:1).
 
 Within the same visit, at a 1400 px window, every table (those of every tab and every
 fold too: they are shown for the check) must keep its numbers inside the text column,
 so no reader scrolls sideways for a figure, and no header may hold a metric identifier
 (a word with an underscore outside code, or an identifier of ``examples/lab/metrics.py``
-that is not a word); every plot must carry hover values and no axis, tick or legend text
-in e-notation or naming an identifier, and every page of the book its reading time; then
+that is not a word); every plot must carry hover values, in words (no topic's identifier), and no
+axis, tick or legend text in e-notation or naming an identifier; every diagram (Mermaid's, in its
+closed shadow root, and the HTML ones) must draw its text at 11 px or more; then
 at 390 px (a phone) the page itself must not scroll sideways. The landing page's four boxes (who the
 book is for, what to know first, where to start, when it was measured) must have their titles on
 the first screen at 1400 px. Chapter 6, opened at a link to a heading inside a folded "In depth" section, opens it.
-These width checks run in the light pass only: a palette changes colours, not widths.
+These width, word and size checks run in the light pass only: a palette changes colours, not
+widths. The dark pass opens every page too, for what a palette can change, but does not wait for
+the network to be idle before it moves on (a request cut off so is not reported: the light pass
+has checked the same requests): every page so costs it less than half of them did with the waits.
+A page made to fail shows that the drawing checks (diagram text, hover words, plot contrast) fail.
 
 Each pass opens its pages one after the other in one tab (a page is a new document
 either way; the tab keeps one renderer process, and V8 its compiled Mermaid and KaTeX).
@@ -40,6 +46,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from examples.lab import metrics
+from examples.lab.registry import example_files, topic_name
 from tests.hook_support import served
 from site_server import CHROMIUM, CHROMIUM_ARGS  # noqa: I001 - overrides/, on the path hook_support puts it
 
@@ -50,6 +57,10 @@ RENDER_TIMEOUT_MS = 20_000
 #: The window a desktop reader has (the text column is then about 720 px) and a phone's.
 DESKTOP = {"width": 1400, "height": 900}
 PHONE = {"width": 390, "height": 844}
+#: The smallest text a diagram may draw at 1400 px: about a plot's tick labels (docs/stylesheets/figures.css).
+LEAST_DIAGRAM_PX = 11
+#: WCAG's least contrast for text: what a plot's text needs against the page, in either palette.
+LEAST_CONTRAST = 4.5
 
 
 # -- the site and its server ------------------------------------------------------
@@ -145,15 +156,21 @@ INSPECT_JS = """() => {
 IS_IDENTIFIER_JS = """(words, text) => /[A-Za-z0-9]_[A-Za-z0-9]/.test(text) ||
   words.has(text.replace(/\\s*\\([^()]*\\)$/, ""))"""
 
-# Every table, with every tab shown and every fold open for the measure (restored after): numeric
-# cells past their scroll box's right edge, and headers holding an identifier instead of words.
-TABLES_JS = """(notWords) => {
-  const isIdentifier = IS_IDENTIFIER;
+# Every tab shown and every fold opened, for a measure of what they hold; returns what puts them back.
+UNFOLD_JS = """() => {
   const style = document.createElement("style");
   style.textContent = ".md-typeset .tabbed-block { display: block !important; }";
   document.head.append(style);
   const closed = [...document.querySelectorAll("article details:not([open])")];
   closed.forEach(d => { d.open = true; });
+  return () => { closed.forEach(d => { d.open = false; }); style.remove(); };
+}"""
+
+# Every table, with every tab shown and every fold open for the measure (restored after): numeric
+# cells past their scroll box's right edge, and headers holding an identifier instead of words.
+TABLES_JS = """(notWords) => {
+  const isIdentifier = IS_IDENTIFIER;
+  const refold = (UNFOLD)();
   const words = new Set(notWords);
   const found = {tables: 0, numeric: 0, overflowing: [], identifiers: []};
   for (const table of document.querySelectorAll("article table")) {
@@ -180,21 +197,25 @@ TABLES_JS = """(notWords) => {
       }
     }
   }
-  closed.forEach(d => { d.open = false; });
-  style.remove();
+  refold();
   return found;
-}""".replace("IS_IDENTIFIER", IS_IDENTIFIER_JS)
+}""".replace("IS_IDENTIFIER", IS_IDENTIFIER_JS).replace("UNFOLD", UNFOLD_JS)
 
-# Every plot as the reader's browser draws it: a hover value (an SVG <title>) on its points, no
-# axis, tick or legend text in e-notation or naming an identifier; and the page's reading time.
-FIGURES_JS = """(notWords) => {
+# Every plot as the reader's browser draws it: a hover value (an SVG <title>) on its points, in words
+# (no topic's identifier: "capstone.decode" is the code's name, not the page's), no axis, tick or
+# legend text in e-notation or naming an identifier.
+FIGURES_JS = """([notWords, topics]) => {
   const isIdentifier = IS_IDENTIFIER;
-  const words = new Set(notWords);
-  const found = {plots: 0, problems: [], reading_time: !!document.querySelector("article .lab-reading-time")};
+  const words = new Set(notWords), topicNames = new Set(topics);
+  const found = {plots: 0, problems: []};
   for (const svg of document.querySelectorAll("article figure.lab-plot svg")) {
     found.plots++;
     const name = (svg.getAttribute("aria-label") || "a plot").split(":")[0];
-    if (!svg.querySelector("title")) found.problems.push(`plot "${name}": no hover value on any point`);
+    const titles = [...svg.querySelectorAll("title")].map(t => t.textContent);
+    if (!titles.length) found.problems.push(`plot "${name}": no hover value on any point`);
+    const named = new Set(titles.flatMap(t => t.match(/[a-z][a-z0-9_]*\\.[a-z][a-z0-9_]*/g) || [])
+                                .filter(w => topicNames.has(w)));
+    for (const topic of named) found.problems.push(`plot "${name}": hover text names the topic ${topic}`);
     for (const text of svg.querySelectorAll("text")) {
       const t = text.textContent.replace(/\\s+/g, " ").trim();
       if (/\\d(\\.\\d+)?e[+-]?\\d/i.test(t)) found.problems.push(`plot "${name}": e-notation ${JSON.stringify(t)}`);
@@ -205,6 +226,97 @@ FIGURES_JS = """(notWords) => {
   }
   return found;
 }""".replace("IS_IDENTIFIER", IS_IDENTIFIER_JS)
+
+# The reading time under a page's title (lab_site's reading hook).
+READING_TIME_JS = """() => !!document.querySelector("article .lab-reading-time")"""
+
+# A plot's text in the page's colour (its ticks, axes, legend: drawn in currentColor, so a palette is
+# what could break them) against the page's background, its alpha blended in: under `least`
+# (WCAG's contrast ratio) is a problem. Text in a colour of the plot's own (a series' label, a white
+# label on a timeline's bar) is the same in either palette, and the plot's tests choose it.
+PLOT_CONTRAST_JS = """(least) => {
+  const rgba = c => {
+    const v = (c.match(/[\\d.]+/g) || []).map(Number);
+    return [v[0], v[1], v[2], v.length > 3 ? v[3] : 1];
+  };
+  const backdrop = el => {
+    for (; el; el = el.parentElement) { const c = rgba(getComputedStyle(el).backgroundColor); if (c[3] > 0) return c; }
+    return [255, 255, 255, 1];
+  };
+  const luminance = c => c.slice(0, 3).map(v => v / 255)
+    .map(v => v <= 0.04045 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4)
+    .reduce((sum, v, i) => sum + v * [0.2126, 0.7152, 0.0722][i], 0);
+  const problems = [];
+  for (const svg of document.querySelectorAll("article figure.lab-plot svg")) {
+    const name = (svg.getAttribute("aria-label") || "a plot").split(":")[0];
+    const page = getComputedStyle(svg).color, back = backdrop(svg);
+    const text = [...svg.querySelectorAll("text")].find(t => getComputedStyle(t).fill === page);
+    if (!text) continue;
+    const fg = rgba(page), alpha = fg[3] * Number(getComputedStyle(text).fillOpacity);
+    const drawn = [0, 1, 2].map(i => fg[i] * alpha + back[i] * (1 - alpha));
+    const [hi, lo] = [luminance(drawn), luminance(back)].sort((a, b) => b - a);
+    const ratio = (hi + 0.05) / (lo + 0.05);
+    if (ratio < least) {
+      problems.push(`plot "${name}": its text (${JSON.stringify(text.textContent.trim())}) in ${page} on ` +
+                    `rgb(${back.slice(0, 3).join(", ")}): contrast ${ratio.toFixed(1)}:1, under ${least}:1`);
+    }
+  }
+  return problems;
+}"""
+
+# Mermaid draws a diagram inside a closed shadow root, which no script of the page can reach: this
+# script, run before the page's own, keeps each root it makes where the diagram check finds it.
+SHADOW_ROOTS_JS = """(() => {
+  const attach = Element.prototype.attachShadow, roots = new WeakMap();
+  Element.prototype.attachShadow = function (init) {
+    const root = attach.call(this, init);
+    roots.set(this, root);
+    return root;
+  };
+  window.__labShadowRoot = host => host.shadowRoot || roots.get(host) || null;
+})();"""
+
+# Every diagram's text (Mermaid's SVG, inside its host's shadow root, and the HTML diagrams,
+# .lab-diagram), with every tab and fold shown: a text drawn smaller than `least` px is a problem.
+# The size drawn is the font's size times the scale its SVG is shown at (an SVG wider than the
+# column is shrunk to fit it, its text with it); a diagram with no text drawn is one too.
+DIAGRAM_TEXT_JS = """(least) => {
+  const refold = (UNFOLD)();
+  const scale = el => {
+    const svgPart = el instanceof SVGGraphicsElement ? el : el.closest("foreignObject") || el.ownerSVGElement;
+    const m = svgPart && svgPart.getScreenCTM();
+    return m ? Math.hypot(m.a, m.b) : 1;
+  };
+  const smallest = root => {  // [size drawn, its text], or null where no text is drawn
+    let found = null;
+    const walk = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let node = walk.nextNode(); node; node = walk.nextNode()) {
+      const el = node.parentElement, text = node.textContent.trim();
+      if (!text || !el || el.closest("style, title, desc") || !el.getClientRects().length) continue;
+      const px = parseFloat(getComputedStyle(el).fontSize) * scale(el);
+      if (!found || px < found[0]) found = [px, text];
+    }
+    return found;
+  };
+  const kinds = [
+    ["Mermaid diagram", [...document.querySelectorAll("article div.mermaid")].map(window.__labShadowRoot)],
+    ["diagram", [...document.querySelectorAll("article .lab-diagram")]],
+  ];
+  const found = {diagrams: 0, problems: []};
+  for (const [kind, roots] of kinds) {
+    roots.forEach((root, i) => {
+      found.diagrams++;
+      const small = root && smallest(root);
+      if (!small) found.problems.push(`${kind} ${i + 1}: no text drawn`);
+      else if (small[0] < least) {
+        found.problems.push(`${kind} ${i + 1}: text ${JSON.stringify(small[1].slice(0, 40))} drawn at ` +
+                            `${small[0].toFixed(1)} px, under ${least} px at this width`);
+      }
+    });
+  }
+  refold();
+  return found;
+}""".replace("UNFOLD", UNFOLD_JS)
 
 # The page scrolls sideways: how far, and the widest elements that stick out (none scrolls them).
 PAGE_OVERFLOW_JS = """() => {
@@ -312,25 +424,80 @@ def _choose_palette(page, scheme: str) -> str | None:
     return current()
 
 
+def _new_context(browser, scheme: str):
+    """A context of one palette at the desktop width, where a page's Mermaid shadow roots can be read."""
+    context = browser.new_context(color_scheme="dark" if scheme == "slate" else "light", service_workers="block",
+                                  viewport=DESKTOP)
+    context.set_default_timeout(RENDER_TIMEOUT_MS)
+    context.add_init_script(SHADOW_ROOTS_JS)
+    return context
+
+
+def _render_problems(page, diagrams: int, formulas: int, scheme: str) -> tuple[dict, list[str]]:
+    """Wait until the page's Mermaid and KaTeX are drawn; what it shows, and what is wrong with it."""
+    problems = []
+    try:
+        page.wait_for_function(READY_JS, arg=[diagrams, formulas], timeout=RENDER_TIMEOUT_MS)
+    except Exception:  # noqa: BLE001 - the inspection below says what is missing
+        problems.append(f"Mermaid or KaTeX did not finish within {RENDER_TIMEOUT_MS} ms")
+    seen = page.evaluate(INSPECT_JS)
+    if seen["hosts"] < diagrams or seen["unrendered_sources"] or seen["empty_hosts"]:
+        problems.append(f"{diagrams} Mermaid diagrams in the HTML, {seen['hosts']} rendered hosts, "
+                        f"{seen['empty_hosts']} of them empty, {seen['unrendered_sources']} sources left unrendered")
+    if seen["formulas"] < formulas or seen["formulas_without_katex"] or seen["katex_errors"]:
+        problems.append(f"{formulas} formulas in the HTML, {seen['formulas']} on the page, "
+                        f"{seen['formulas_without_katex']} without KaTeX output, {seen['katex_errors']} KaTeX errors")
+    if seen["scheme"] != scheme:
+        problems.append(f"shown in palette {seen['scheme']!r}, not {scheme!r}")
+    return seen, problems
+
+
+def _palette_problems(page, path: str) -> list[str]:
+    """What either palette must show: the reading time (a page of the book has one) and plot text that reads."""
+    problems = list(page.evaluate(PLOT_CONTRAST_JS, LEAST_CONTRAST))
+    if not page.evaluate(READING_TIME_JS) and not path.startswith("/notebooks/") and path != "/404.html":
+        problems.append("no reading time under the title")
+    return problems
+
+
+def _layout_problems(page, path: str, not_words: list[str], topics: list[str]) -> tuple[dict, list[str]]:
+    """The light pass's checks of what a palette does not change, at 1400 px then on a phone: plots' words,
+    diagrams' text size, the landing page's first screen, tables' widths and headers, sideways scrolling.
+    Returns what was checked (counts) and the problems."""
+    drawn = page.evaluate(FIGURES_JS, [not_words, topics])
+    sketched = page.evaluate(DIAGRAM_TEXT_JS, LEAST_DIAGRAM_PX)
+    laid = page.evaluate(TABLES_JS, not_words)
+    problems = drawn["problems"] + sketched["problems"] + laid["overflowing"] + laid["identifiers"]
+    if path == "/":
+        problems += page.evaluate(LANDING_JS, [list(LANDING_BOXES), DESKTOP["height"]])
+    page.set_viewport_size(PHONE)
+    wide = page.evaluate(PAGE_OVERFLOW_JS)
+    if wide:
+        problems.append(f"at {PHONE['width']} px the page scrolls sideways: {wide}")
+    counts = {"plots": drawn["plots"], "diagrams": sketched["diagrams"], "tables": laid["tables"],
+              "numeric": laid["numeric"]}
+    return counts, problems
+
+
+def _topics() -> list[str]:
+    """Every topic of the lab (``stack.roofline``): identifiers a reader must not meet in a plot's hover."""
+    return [topic_name(path) for path in example_files()]
+
+
 @pytest.mark.parametrize("scheme", ["default", "slate"])
 def test_every_page_renders_cleanly(scheme, browser, server, site):
+    light = scheme == "default"
     pages = site_pages(site)
     assert any(path == "/" for path, _, _ in pages), f"the built site has no home page (pages: {pages})"
     # The render checks below must check something: the book has diagrams and formulas.
     assert sum(d for _, d, _ in pages), "no page of the site has a Mermaid diagram: the render check is vacuous"
     assert sum(f for _, _, f in pages), "no page of the site has a formula: the KaTeX check is vacuous"
-    if scheme != "default":
-        # The light pass opens every page for errors, failed and foreign requests; what a
-        # palette changes is how diagrams and formulas render, so the others see those pages.
-        pages = [(path, d, f) for path, d, f in pages if path == "/" or d or f]
-    context = browser.new_context(color_scheme="dark" if scheme == "slate" else "light", service_workers="block",
-                                  viewport=DESKTOP)
-    context.set_default_timeout(RENDER_TIMEOUT_MS)
+    context = _new_context(browser, scheme)
     visit = _Visit(context, server, site)
-    not_words = sorted(metrics.not_words())
+    not_words, topics = sorted(metrics.not_words()), _topics()
     report = []
-    tables = numeric = plots = 0
-    depth_checked = landing_checked = False
+    checked = {"plots": 0, "diagrams": 0, "tables": 0, "numeric": 0}
+    depth_checked = False
     try:
         page = context.new_page()  # one tab: each page of the pass is opened in it in turn
         visit.watch(page)
@@ -340,7 +507,7 @@ def test_every_page_renders_cleanly(scheme, browser, server, site):
             response = page.goto(server + path, wait_until="load")
             if response is None or response.status >= 400:
                 visit.problems.append(f"{path}: opened with status {response and response.status}")
-            if scheme == "default":  # the requests a page makes after "load": checked once
+            if light:  # the requests a page makes after "load": checked once, in the light pass
                 page.wait_for_load_state("networkidle")
             if n == 0:
                 chosen = _choose_palette(page, scheme)
@@ -349,48 +516,20 @@ def test_every_page_renders_cleanly(scheme, browser, server, site):
                 assert chosen == scheme, f"the palette toggle did not reach '{scheme}' (stuck at '{chosen}')"
                 page.reload(wait_until="load")
                 page.wait_for_load_state("networkidle")
-            try:
-                page.wait_for_function(READY_JS, arg=[diagrams, formulas], timeout=RENDER_TIMEOUT_MS)
-            except Exception:  # noqa: BLE001 - the inspection below says what is missing
-                visit.problems.append(f"{path}: Mermaid or KaTeX did not finish within {RENDER_TIMEOUT_MS} ms")
-            seen = page.evaluate(INSPECT_JS)
-            if seen["hosts"] < diagrams or seen["unrendered_sources"] or seen["empty_hosts"]:
-                visit.problems.append(f"{path}: {diagrams} Mermaid diagrams in the HTML, {seen['hosts']} rendered "
-                                      f"hosts, {seen['empty_hosts']} of them empty, "
-                                      f"{seen['unrendered_sources']} sources left unrendered")
-            if seen["formulas"] < formulas or seen["formulas_without_katex"] or seen["katex_errors"]:
-                visit.problems.append(f"{path}: {formulas} formulas in the HTML, {seen['formulas']} on the page, "
-                                      f"{seen['formulas_without_katex']} without KaTeX output, "
-                                      f"{seen['katex_errors']} KaTeX errors")
-            if seen["scheme"] != scheme:
-                visit.problems.append(f"{path}: shown in palette {seen['scheme']!r}, not {scheme!r}")
-            # The tables at 1400 px, then the page on a phone: in this visit, not a second one.
-            # Once, in the light pass: a palette changes colours, not widths (the dark pass
-            # still opens its pages at 1400 px for what a palette does change).
-            laid = {"tables": 0, "numeric": 0, "overflowing": [], "identifiers": []}
-            if scheme == "default":
-                drawn = page.evaluate(FIGURES_JS, not_words)
-                plots += drawn["plots"]
-                visit.problems += [f"{path}: {text}" for text in drawn["problems"]]
-                if not drawn["reading_time"] and not path.startswith("/notebooks/") and path != "/404.html":
-                    visit.problems.append(f"{path}: no reading time under the title")
-                if path == "/":
-                    landing_checked = True
-                    visit.problems += [f"{path}: {text}" for text in
-                                       page.evaluate(LANDING_JS, [list(LANDING_BOXES), DESKTOP["height"]])]
-                laid = page.evaluate(TABLES_JS, not_words)
-                page.set_viewport_size(PHONE)
-                wide = page.evaluate(PAGE_OVERFLOW_JS)
-                if wide:
-                    visit.problems.append(f"{path}: at {PHONE['width']} px the page scrolls sideways: {wide}")
-            tables, numeric = tables + laid["tables"], numeric + laid["numeric"]
-            visit.problems += [f"{path}: {text}" for text in laid["overflowing"] + laid["identifiers"]]
-            report.append(f"{path} ({seen['scheme']}): {seen['hosts']} diagrams, {seen['formulas']} formulas, "
-                          f"{laid['tables']} tables")
-            # Nothing of this page still loading when the tab leaves it (a request cut off by the
-            # next page's navigation would read as a failed request).
-            page.wait_for_load_state("networkidle")
-        if scheme == "default":  # a link into a folded "In depth" section opens it
+            seen, problems = _render_problems(page, diagrams, formulas, scheme)
+            # Both passes: what a palette can change. Widths, words and sizes once, in the light pass.
+            problems += _palette_problems(page, path)
+            if light:
+                counts, more = _layout_problems(page, path, not_words, topics)
+                checked = {k: checked[k] + counts[k] for k in checked}
+                problems += more
+            visit.problems += [f"{path}: {text}" for text in problems]
+            report.append(f"{path} ({seen['scheme']}): {seen['hosts']} diagrams, {seen['formulas']} formulas")
+            if light:
+                # Nothing of this page still loading when the tab leaves it (a request cut off by the
+                # next page's navigation would go unchecked); the dark pass makes the same requests.
+                page.wait_for_load_state("networkidle")
+        if light:  # a link into a folded "In depth" section opens it
             visit.page_path = f"{DEPTH_LINK[0]}#{DEPTH_LINK[1]}"
             page.set_viewport_size(DESKTOP)
             page.goto(server + visit.page_path, wait_until="load")
@@ -401,12 +540,56 @@ def test_every_page_renders_cleanly(scheme, browser, server, site):
             depth_checked = True
     finally:
         context.close()
-    # The table checks must check something: the book's pages hold tables of numbers.
-    if scheme == "default":
-        assert tables and numeric, f"no table with numbers on the {len(pages)} pages: the width check is vacuous"
-        assert plots > 10, f"only {plots} plots on the {len(pages)} pages: the plot checks are vacuous"
+    # The checks must check something: the book's pages hold tables of numbers, plots and diagrams.
+    if light:
+        assert checked["tables"] and checked["numeric"], \
+            f"no table with numbers on the {len(pages)} pages: the width check is vacuous"
+        assert checked["plots"] > 10, \
+            f"only {checked['plots']} plots on the {len(pages)} pages: the plot checks are vacuous"
+        assert checked["diagrams"] > 5, \
+            f"only {checked['diagrams']} diagrams on the {len(pages)} pages: the text-size check is vacuous"
         assert depth_checked, f"{DEPTH_LINK[0]} was not among the pages: the folded-link check is vacuous"
-        assert landing_checked, "the landing page was not among the pages: its first-screen check is vacuous"
     problems = visit.problems + [f"request to a foreign host, aborted: {url}" for url in dict.fromkeys(visit.foreign)]
     assert not problems, f"{len(problems)} problems in the '{scheme}' palette:\n" + "\n".join(problems)
     print("\n".join(report))
+
+
+# A page made to fail each check that reads a drawing: a diagram in Mermaid's closed shadow root
+# shrunk to a quarter, an HTML diagram in 8 px type and one in a closed fold in 9 px (beside a
+# readable one), a plot whose hover names a topic and whose tick is in e-notation, drawn in a text
+# colour that hardly differs from the dark page's background.
+MADE_TO_FAIL = """<!doctype html><html><body style="background: #1e2129; color: #2a2e38"><article>
+<div class="mermaid" id="host"></div>
+<div class="lab-diagram" style="font-size: 8px"><p>tiny words</p></div>
+<details><summary>In depth</summary><div class="lab-diagram" style="font-size: 9px"><p>folded words</p></div></details>
+<div class="lab-diagram" style="font-size: 14px"><p>readable words</p></div>
+<figure class="lab-plot"><svg aria-label="made to fail: a plot" viewBox="0 0 100 50" width="400">
+<g class="lab-plot__point"><title>eager · 8: 4 ms, 3 runs (capstone.decode)</title><path d="M 0 0 h 5"/></g>
+<text x="10" y="40" style="font-size: 10px; fill: currentColor">1e+06</text></svg></figure>
+</article><script>
+document.getElementById("host").attachShadow({mode: "closed"}).innerHTML =
+  '<svg viewBox="0 0 2000 100" width="500"><text x="0" y="50" font-size="16">shrunk to a quarter</text></svg>';
+</script></body></html>"""
+
+
+def test_the_drawing_checks_fail_on_a_page_made_to_fail(browser):
+    context = _new_context(browser, "slate")
+    try:
+        page = context.new_page()
+        page.route("**/*", lambda route: route.fulfill(content_type="text/html", body=MADE_TO_FAIL))
+        page.goto("http://made-to-fail.invalid/", wait_until="load")
+        diagrams = page.evaluate(DIAGRAM_TEXT_JS, LEAST_DIAGRAM_PX)
+        plots = page.evaluate(FIGURES_JS, [[], _topics()])
+        contrast = page.evaluate(PLOT_CONTRAST_JS, LEAST_CONTRAST)
+    finally:
+        context.close()
+    assert diagrams == {"diagrams": 4, "problems": [
+        'Mermaid diagram 1: text "shrunk to a quarter" drawn at 4.0 px, under 11 px at this width',
+        'diagram 1: text "tiny words" drawn at 8.0 px, under 11 px at this width',
+        'diagram 2: text "folded words" drawn at 9.0 px, under 11 px at this width',
+    ]}
+    assert plots == {"plots": 1, "problems": ['plot "made to fail": hover text names the topic capstone.decode',
+                                              'plot "made to fail": e-notation "1e+06"']}
+    assert len(contrast) == 1, contrast
+    assert contrast[0].startswith('plot "made to fail": its text ("1e+06") in rgb(42, 46, 56) on rgb(30, 33, 41): '
+                                  'contrast 1.'), contrast

@@ -89,7 +89,9 @@ class Point:
     low: float | None = None  # lowest and highest run median: the band
     high: float | None = None
     runs: int = 1  # how many runs the median is of (the hover says so)
-    source: str | None = None  # where it comes from, where a plot draws several topics
+    # The topic it comes from, where a plot draws several: for the CSV, never the hover, which
+    # a reader reads (a topic's identifier is the code's name, not the page's).
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,8 @@ def _plain(value: float) -> str:
 
 
 def hover_text(label: str | None, point: Point, *, xunit: str | None, yunit: str) -> str:
-    """What a point says on hover: series, x, the median, the run-to-run range and the runs (or the IQR)."""
+    """What a point says on hover: series, x, the median, the run-to-run range and the runs (or the IQR),
+    in words: not the topic it comes from (the x value says which rung; the CSV names the topic)."""
     x = point.x if isinstance(point.x, str) else tick_text(point.x, xunit)
     head = f"{label} · {x}" if label else str(x)
     text = f"{head}: {format_quantity(point.y, yunit)}"
@@ -170,7 +173,7 @@ def hover_text(label: str | None, point: Point, *, xunit: str | None, yunit: str
         text += f", {plural(point.runs, 'run')}"
         if point.q1 is not None and point.q3 is not None:
             text += f", quartiles {format_range(point.q1, point.q3, yunit)}"
-    return f"{text} ({point.source})" if point.source else text
+    return text
 
 
 @dataclass(frozen=True)

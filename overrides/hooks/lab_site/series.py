@@ -110,7 +110,7 @@ def machine_series(request: PlotRequest, topics: Sequence[Sequence[Group]]
 
     ``topics`` holds each topic's groups, in the shortcode's order. An x value comes from
     the first topic that has it on that GPU (a later topic re-measuring a rung adds
-    nothing); each point's hover names its topic where there are several. A stale group or
+    nothing); each point's CSV row names its topic where there are several. A stale group or
     a CPU's with no row to draw is left out (a current GPU's is an error, as for a tab); the
     groups drawn come back with their figures (for their provenance). Returns the series,
     the y unit, and those groups.
