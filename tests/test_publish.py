@@ -80,7 +80,7 @@ def test_make_publish_prints_then_zips_into_the_site_the_landing_page_links():
 
 
 def test_make_publish_refuses_a_readers_records():
-    proc = subprocess.run(["make", "-n", "--no-print-directory", "publish", "RECORDS=lab-out"], cwd=REPO, capture_output=True, text=True,
-                          timeout=60, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(["make", "-n", "--no-print-directory", "publish", "RECORDS=lab-out"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert proc.returncode != 0 and "RECORDS" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert not proc.stdout
