@@ -22,6 +22,9 @@ if str(REPO / "overrides") not in sys.path:
 
 import print_pdf  # noqa: E402
 
+sys.path.insert(0, str(REPO / "overrides" / "hooks"))
+import print_edition  # noqa: E402
+
 MKDOCS_YML = REPO / "mkdocs.yml"
 
 
@@ -44,6 +47,18 @@ def test_a_chapter_missing_from_the_print_page_is_caught(built_site):
     problems = print_pdf.check_print_page(built_site, MKDOCS_YML, page=cut)
     assert any(p.startswith("cuda-graphs.md: the print page has no chapter") for p in problems), problems
     assert any(p.startswith("cuda-graphs.md: the print page lacks the plot") for p in problems), problems
+
+
+def test_the_print_page_has_no_empty_section(built_site):
+    """The notebooks' section of the navigation, whose pages the edition leaves out, would print
+    as a title alone on the last page (overrides/hooks/print_edition.py drops it)."""
+    page = (built_site / print_pdf.PRINT_PAGE / "index.html").read_text(encoding="utf-8")
+    assert page.count('<section class="print-page"') >= 10, "the print page holds no pages: the check is vacuous"
+    assert print_edition.drop_empty_sections(page) == page, "the print page holds an empty section"
+    made = ("<li class=\"md-nav__item\">\n<a href=\"#section-9\" class=\"md-nav__link\">Gone</a></li>"
+            "<section class='print-page md-section' id='section-9' heading-number='9'>\n"
+            "<h1>Gone<a class='headerlink' href='#section-9' title='Permanent link'></a>\n</h1>\n</section>")
+    assert print_edition.drop_empty_sections(made) == "", "an empty section made to be dropped was kept"
 
 
 @pytest.mark.browser
