@@ -270,8 +270,10 @@ def line_plot(
                                    else format_number(p.x) for _, p in (ordered[0], ordered[-1]))
                     where = first if first == last else f"{first}–{last}"
                     middle = ordered[len(ordered) // 2]
+                    # In the page's text colour, not the series': the teal series on either
+                    # palette's background is under 4.5:1, too faint for text (the marker keeps it).
                     ax.annotate(_literal(f"{s.label or s.key} {where}"), (middle[0], middle[1].y), xytext=(-8, 6),
-                                textcoords="offset points", ha="right", va="bottom", fontsize=9, color=color)
+                                textcoords="offset points", ha="right", va="bottom", fontsize=9, color=SENTINEL)
                 else:
                     ax.plot(xs, ys, marker=MARKERS[i % len(MARKERS)], markersize=4, linewidth=1.6,
                             color=color, label=s.label)
