@@ -7,7 +7,10 @@ divides. Padding the vocabulary to 50,304 (a multiple of 64, as nanoGPT did)
 adds 47 rows of work that nobody reads and makes every row start on a
 boundary. This example times the three products of that layer (the forward
 pass and the two gradients) at both sizes, by the GPU's own kernel durations,
-in interleaved rounds, and notes which kernel cuBLAS picked for each.
+in interleaved rounds, and notes which kernel cuBLAS picked for each. A
+control separates the two things padding changes: the unpadded input gradient
+with ``dy`` stored 50,304 wide and sliced to 50,257 has aligned rows but an
+odd size.
 
 Two neighbours of the same question are timed beside it: the same product
 with the weight stored ``[N, K]`` and read transposed (what ``F.linear``
@@ -45,7 +48,7 @@ def lm_head_products(x, w, dy):
 
 
 #: The output layer's three products, in the order :func:`lm_head_products` returns them.
-GEMMS = ("forward: x wᵀ", "input gradient: dy w", "weight gradient: dyᵀ x")
+GEMMS = tuple(lm_head_products(None, None, None))
 
 
 def _inputs(tokens: int, d: int, vocab: int, *, device, dtype, seed: int):
@@ -69,10 +72,10 @@ def _expected(x, w, dy, some: slice):
 
 def measure_vocabulary(lab, tokens: int, d: int, dtype) -> None:
     """The three products at each vocabulary size, unpadded and padded interleaved per product."""
-    calls, rows, flops = {}, {}, {}
+    calls, rows, flops, made = {}, {}, {}, {}
     some = slice(0, 64)
     for vocab in VOCABULARIES:
-        inputs = _inputs(tokens, d, vocab, device=lab.device, dtype=dtype, seed=vocab)
+        inputs = made[vocab] = _inputs(tokens, d, vocab, device=lab.device, dtype=dtype, seed=vocab)
         expected = _expected(*inputs, some)
         products = lm_head_products(*inputs)
         for gemm, call in products.items():
@@ -84,7 +87,7 @@ def measure_vocabulary(lab, tokens: int, d: int, dtype) -> None:
     # The control: the unpadded input gradient with dy stored in a buffer 50,304 wide and sliced,
     # so its rows are 16-byte aligned while the product's size stays 50,257.
     unpadded = VOCABULARIES[0]
-    x, w, _ = _inputs(tokens, d, unpadded, device=lab.device, dtype=dtype, seed=unpadded)
+    x, w, _ = made[unpadded]  # the unpadded pass's own x and w: only dy's storage differs
     dy_wide = torch.randn(tokens, VOCABULARIES[1], device=lab.device, dtype=dtype) / unpadded**0.25
     dy = dy_wide[:, :unpadded]
     name = f"{STORED_WIDE}, vocabulary {unpadded}"
@@ -140,7 +143,10 @@ def measure_layouts(lab, n: int, dtype) -> None:
 
 
 def measure_widths(lab, m: int, k: int, widths, dtype) -> None:
-    """Tile quantisation: outputs a few columns past a tile boundary cost a whole column of tiles."""
+    """Outputs a few columns past a multiple of 256, each width's rate paired with the narrowest's.
+
+    cuBLAS may pick another kernel (and tile) per width, which the notes record: the rates say
+    what a width costs, not by themselves why (one fixed kernel swept over N would)."""
     g = torch.Generator(device=lab.device).manual_seed(m + k)
     x = torch.randn(m, k, generator=g, device=lab.device).to(dtype)
     ws = {n: torch.randn(k, n, generator=g, device=lab.device).to(dtype) for n in widths}
