@@ -449,6 +449,52 @@ def test_ddp_overlap_record_on_gloo(cli, tmp_path):
     assert contention[0].metrics["comm_cost"].n == 5
 
 
+# -- collectives.ddp_levers: compression, bucket views, a static graph ------------------------
+from examples.collectives import ddp_levers as levers  # noqa: E402
+
+
+def test_ddp_levers_record_on_gloo(cli, tmp_path):
+    """The example's command line (test_runs_on_cpu leaves it to this test): every lever against
+    plain DDP, its bytes, and its gradients checked first."""
+    _, record = cli.quick_record("collectives.ddp_levers", tmp_path, timeout=300)
+    rows = {r.case["variant"]: r.metrics for r in record.results}
+    assert set(rows) == set(levers.VARIANTS)
+    for name, metrics in rows.items():
+        assert metrics["step"].method == "host clock, max over 2 ranks per sample, interleaved rounds"
+        assert metrics["step"].n == 5
+        if name != levers.PLAIN:
+            assert metrics["vs_plain"].n == 5  # paired, round by round
+        assert "peak_memory" not in metrics  # CUDA's allocator only
+    plain = rows[levers.PLAIN]["all_reduced"].median
+    # One all-reduce per bucket, every gradient once: fp32, or bf16 through the hook.
+    params = 4 * (256 * 256 + 256)
+    assert plain == pytest.approx(4 * params / 2**20)
+    for name, (compress, _, _) in levers.VARIANTS.items():
+        assert rows[name]["all_reduced"].median == pytest.approx(plain / 2 if compress else plain)
+        assert rows[name]["buckets"].median == rows[levers.PLAIN]["buckets"].median
+        if name != levers.PLAIN:  # bit for bit, or within bf16's rounding (and not zero)
+            error = rows[name]["grad_error"].median
+            assert (1e-4 < error < levers.BF16_TOLERANCE) if compress else error == 0
+    checks = {c.name: c for c in record.checks}
+    assert len(checks) == 2 * (len(levers.VARIANTS) - 1) and all(c.passed for c in checks.values())
+    assert all(c.tolerance == (levers.BF16_TOLERANCE if "compress" in n or "all three" in n else 0.0)
+               for n, c in checks.items())
+
+
+def test_all_reduce_bytes_counts_what_each_call_hands_the_backend(monkeypatch):
+    calls = []
+    monkeypatch.setattr(levers.dist, "all_reduce", lambda t, *a, **k: calls.append(t.dtype))
+    sent = []
+    with levers.all_reduce_bytes(sent):
+        levers.dist.all_reduce(torch.zeros(10))
+        levers.dist.all_reduce(torch.zeros(6, dtype=torch.bfloat16), async_op=True)
+    levers.dist.all_reduce(torch.zeros(3))  # after the block: not counted
+    assert sent == [40, 12] and calls == [torch.float32, torch.bfloat16, torch.float32]
+    big = torch.randn(3 << 23, dtype=torch.float64).float()  # more than one chunk
+    assert levers.relative_error(big, big) == 0
+    assert levers.relative_error(big * 1.5, big) == pytest.approx(0.5, rel=1e-6)
+
+
 def test_a_refused_setting_is_one_line_from_the_ranks_own_message():
     exc = RuntimeError("process 1 terminated with exit code 1\n...\nncclInvalidUsage: bad NCCL_MAX_CTAS")
     assert nccl_log.refusal(exc) == "RuntimeError: ncclInvalidUsage: bad NCCL_MAX_CTAS"

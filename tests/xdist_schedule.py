@@ -44,6 +44,7 @@ FIRST = (
     "tests/test_compile.py",
     "tests/test_fp8_training.py",
     "tests/test_collectives.py::test_ddp_overlap",
+    "tests/test_collectives.py::test_ddp_levers",
 )
 
 

@@ -211,6 +211,10 @@ TOPIC_METRICS: dict[str, dict[str, str]] = {
                                  "speedup": "speed-up over 1 GPU"},
     "collectives.ddp_overlap": {"step": "step time", "start": "starts at", "duration": "all-reduce time",
                                 "hidden": "hidden behind backward", "vs_default": "over default buckets"},
+    "collectives.ddp_levers": {"step": "step time", "vs_plain": "over plain DDP", "buckets": "all-reduce calls",
+                               "all_reduced": "bytes all-reduced per step", "grad_error": "gradient error against plain DDP",
+                               "peak_memory": "peak memory of a step", "held_memory": "memory held between steps",
+                               "memory_saved": "peak memory saved", "expected_saving": "one gradient's size"},
     "collectives.ddp_probe": {"start": "starts at", "duration": "all-reduce time", "step": "step time",
                               "time": "all-reduce time", "vs_default": "over default setting",
                               "transfer": "transfer time"},
@@ -229,6 +233,7 @@ TOPIC_METRICS: dict[str, dict[str, str]] = {
 #: cannot be negative (a duration, a size, a rate, a count, a ratio, a percentage) is refused
 #: below zero.
 SIGNED_METRICS: dict[str, str] = {
+    "memory_saved": "plain DDP's peak less the variant's: below zero if a variant ever held more",
     "peer_later": "how much later the other rank started the same all-reduce: negative when it started first",
     "peer_ready_later": "how much later the other rank's bucket was ready: negative when it was ready first",
     "tracing_cost": "traced over untraced step, less one (in %): the noise of a cheap trace makes it negative",
