@@ -18,18 +18,20 @@ step (every call counted); and, after one step on fresh inputs, its gradients
 against plain DDP's: equal bit for bit where only the bookkeeping changed, within
 bf16's rounding for the compress hook.
 
-Why 16 x Linear(2048, 2048) and 2048 tokens a rank: 67 M parameters make 256 MiB
+Why 16 x Linear(2048, 2048) and 8192 tokens a rank: 67 M parameters make 256 MiB
 of fp32 gradients, whose all-reduce took 1.0 ms in one call on two NVLink H200s
-(ring_allreduce's record of 2026-11-28; more in ~32 MiB buckets), while 2048
-tokens make a backward of about the same length (ddp_overlap's 8192 tokens x 24
-layers ran 9.9 ms without communication, and communicating added 17 %). With
-communication that large a share of the step, halving its bytes can show. Five
-models with their gradients and buckets: about 4.5 GiB a GPU.
+(ring_allreduce's record of 2026-11-28; more in ~32 MiB buckets), and 8192 tokens
+make the step's products about 5.5 ms of GPU work (6 x 8192 x 2048^2 x 16 FLOP at
+some 600 TFLOP/s), so that the GPU, not the host, sets the step's pace: at 2048
+tokens (first GPU runs) a step took 10 to 11 ms, host-bound, each sample 20 to 30 %
+from the median, too loose to show a lever worth a few per cent. Five models with
+their gradients, buckets and activations: under 8 GiB a GPU.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import statistics
 import sys
@@ -138,17 +140,31 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return math.sqrt(diff / norm)
 
 
-def memory_of_a_step(model: DDP, x: torch.Tensor, before: int) -> dict:
-    """Peak bytes over one step and bytes held after it, above ``before`` (what
-    this process held before the model was built): the model's own."""
-    if x.device.type != "cuda":
+def memory_of_a_step(config: dict, device, levers: tuple, x: torch.Tensor) -> dict:
+    """One variant alone on the GPU: peak bytes over one step and bytes held after it,
+    above what the process held before its model was built, then the model freed.
+
+    Alone, because DDP's reducer sits in reference cycles that Python frees when its
+    collector runs: measured beside the other variants' models, a figure took in
+    whatever the collector had or had not freed by then (it read 0 to 1,090 MiB held
+    for one variant in three runs)."""
+    if device.type != "cuda":
         return {}
+    gc.collect()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    model = build(config, device, *levers, [])
+    for _ in range(3):  # buckets rebuilt after the first step, as in the timed models
+        train_step(model, x, True)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     train_step(model, x, True)
     torch.cuda.synchronize()
-    return {"peak": torch.cuda.max_memory_allocated() - before,
-            "held": torch.cuda.memory_allocated() - before}
+    memory = {"peak": torch.cuda.max_memory_allocated() - before,
+              "held": torch.cuda.memory_allocated() - before}
+    del model
+    gc.collect()
+    return memory
 
 
 def worker(config: dict, device: torch.device) -> dict:
@@ -158,16 +174,14 @@ def worker(config: dict, device: torch.device) -> dict:
     result = {"buckets": {}, "sent": {}, "memory": {}, "error": {}, "equal": {}}
     models, steps, samples = {}, {}, {}
     reference = None
+    for name, levers in VARIANTS.items():  # memory first, each variant alone
+        result["memory"][name] = memory_of_a_step(config, device, levers, x)
     for name, levers in VARIANTS.items():
         sizes: list[int] = []
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated() if device.type == "cuda" else 0
         model = build(config, device, *levers, sizes)
         for _ in range(3):  # DDP rebuilds its buckets after the first step
             sizes.clear()
             train_step(model, x, True)
-        result["memory"][name] = memory_of_a_step(model, x, before)
         sent: list[int] = []
         sizes.clear()
         with all_reduce_bytes(sent):
@@ -213,7 +227,7 @@ def measure(lab) -> None:
         raise RuntimeError(f"needs {MIN_GPUS} GPUs, this machine has {world}")
     full = cuda and not lab.quick
     config = {"width": 2048 if full else 256, "layers": 16 if full else 4,
-              "tokens": 2048 if full else 128, "reps": 40 if full else 5}
+              "tokens": 8192 if full else 128, "reps": 40 if full else 5}
     r = spawn(worker, world, "nccl" if cuda else "gloo", config)
 
     # Correctness first: nothing is kept from a run that fails a check.
