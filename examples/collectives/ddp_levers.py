@@ -35,6 +35,7 @@ import gc
 import math
 import statistics
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -144,27 +145,44 @@ def memory_of_a_step(config: dict, device, levers: tuple, x: torch.Tensor) -> di
     """One variant alone on the GPU: peak bytes over one step and bytes held after it,
     above what the process held before its model was built, then the model freed.
 
-    Alone, because DDP's reducer sits in reference cycles that Python frees when its
-    collector runs: measured beside the other variants' models, a figure took in
-    whatever the collector had or had not freed by then (it read 0 to 1,090 MiB held
-    for one variant in three runs)."""
+    Alone, and read once the process's memory has settled (:func:`settled_allocated`):
+    beside the other variants' models, read at once, a figure took in whatever had or
+    had not been freed by then."""
     if device.type != "cuda":
         return {}
-    gc.collect()
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
+    before = settled_allocated()
     model = build(config, device, *levers, [])
     for _ in range(3):  # buckets rebuilt after the first step, as in the timed models
         train_step(model, x, True)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     train_step(model, x, True)
-    torch.cuda.synchronize()
     memory = {"peak": torch.cuda.max_memory_allocated() - before,
-              "held": torch.cuda.memory_allocated() - before}
+              "held": settled_allocated() - before}
     del model
-    gc.collect()
     return memory
+
+
+def settled_allocated(timeout: float = 3.0, still: float = 0.25) -> int:
+    """``torch.cuda.memory_allocated()`` once it has stopped moving for ``still`` seconds.
+
+    A finished NCCL collective's tensors are let go by ProcessGroupNCCL's watchdog thread,
+    some time after the GPU finished it, and DDP's reducer by Python's collector: read at
+    once, a figure depends on how far either had got (three runs read 0 to 1,090 MiB held
+    for one variant, and once a negative figure)."""
+    gc.collect()
+    torch.cuda.synchronize()
+    start = last_change = time.monotonic()
+    last = torch.cuda.memory_allocated()
+    while time.monotonic() - start < timeout:
+        time.sleep(0.02)
+        gc.collect()
+        now = torch.cuda.memory_allocated()
+        if now != last:
+            last, last_change = now, time.monotonic()
+        elif time.monotonic() - last_change >= still:
+            break
+    return last
 
 
 def worker(config: dict, device: torch.device) -> dict:
