@@ -180,7 +180,8 @@ def test_the_dispatch_table_rows_a_reader_needs():
     assert registrations("book_dispatch::scaled_add") == {
         "CPU": "boxed", "CUDA": "boxed", "Meta": "boxed", "Autograd[alias]": "boxed"}
     steps = walk("aten::add.Tensor", torch.randn(2))
-    assert steps.startswith("AutogradCPU: autograd kernel") and steps.split(" -> ")[-1].startswith("CPU: kernel")
+    assert steps.startswith("AutogradCPU: autograd kernel")
+    assert steps.split(" -> ")[-1].startswith("CPU: kernel")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert walk("aten::add.Tensor", torch.randn(2)).startswith("AutocastCPU: skipped, fallthrough")
     x, y = torch.randn(5, requires_grad=True), torch.randn(5)
