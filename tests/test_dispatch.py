@@ -163,3 +163,30 @@ def test_an_eager_step_queues_kernels_without_waiting():
         layer(x, 3)
         kernels, waits = count_kernels(lambda: layer(x, 3))
     assert kernels >= 20 and waits == 0
+
+
+def test_the_dispatch_table_rows_a_reader_needs():
+    from examples.dispatch.dispatch_table import registrations, scaled_add, table_rows, walk
+
+    add = table_rows("aten::add.Tensor")
+    assert add["CPU"].startswith("kernel") and add["AutogradCPU"].startswith("autograd kernel")
+    assert add["ADInplaceOrView"].startswith("fallthrough") and add["AutocastCPU"].startswith("fallthrough")
+    assert add["BackendSelect"].startswith("fallthrough")
+    # A factory has no tensor to take a backend from: a BackendSelect kernel picks it.
+    assert table_rows("aten::empty.memory_format")["BackendSelect"].startswith("kernel")
+    assert table_rows("aten::mm")["AutocastCPU"].startswith("kernel")  # on autocast's list
+    assert registrations("aten::add.Tensor")["CPU"] == "boxed unboxed"
+    custom = scaled_add()
+    assert registrations("book_dispatch::scaled_add") == {
+        "CPU": "boxed", "CUDA": "boxed", "Meta": "boxed", "Autograd[alias]": "boxed"}
+    steps = walk("aten::add.Tensor", torch.randn(2))
+    assert steps.startswith("AutogradCPU: autograd kernel")
+    assert steps.split(" -> ")[-1].startswith("CPU: kernel")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert walk("aten::add.Tensor", torch.randn(2)).startswith("AutocastCPU: skipped, fallthrough")
+    x, y = torch.randn(5, requires_grad=True), torch.randn(5)
+    out = custom(x, y, 3.0)
+    torch.testing.assert_close(out, x + 3.0 * y)
+    assert log_ops(lambda: custom(x, y, 3.0)) == ["book_dispatch.scaled_add.default"]
+    (g,) = torch.autograd.grad(out.sum(), x)
+    torch.testing.assert_close(g, torch.ones(5))

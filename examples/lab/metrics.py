@@ -219,6 +219,7 @@ TOPIC_METRICS: dict[str, dict[str, str]] = {
                               "time": "all-reduce time", "vs_default": "over default setting",
                               "transfer": "transfer time"},
     "collectives.ring_allreduce": {"speedup": "speed-up over hand ring", "time": "time"},
+    "dispatch.dispatch_table": {"slowdown": "time over torch.add's"},
     "dispatch.sync_points": {"kernels": "kernels launched", "loop": "loop time"},
     "measuring.cpu_bound_trap": {"time": "time measured", "vs_kernel": "over kernel time"},
     "measuring.ncu_capture": {"duration": "kernel duration", "kernels": "kernels profiled"},
