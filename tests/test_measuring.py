@@ -104,3 +104,37 @@ def test_a_waiting_child_runs_only_after_go_and_leaves_on_an_error(tmp_path):
             waiting.ready(timeout=120)
             1 / 0  # the parent fails before its word: the child leaves without running
     assert waiting.proc.returncode == 0 and not marker.exists()
+
+
+def test_timers_take_turns_in_rotating_rounds_and_keep_one_list_per_round():
+    from examples.measuring.timers import time_in_rounds
+
+    ran = []
+
+    def fake(name):
+        def timer(call, lab, samples):
+            ran.append(name)
+            return [float(len(ran))] * samples
+        return timer
+
+    per_round = time_in_rounds(None, None, {n: fake(n) for n in "ABC"}, rounds=4, samples=2)
+    assert "".join(ran) == "ABCCBABCAACB"  # the lab's round_order
+    assert {n: len(r) for n, r in per_round.items()} == {"A": 4, "B": 4, "C": 4}
+    assert all(len(samples) == 2 for r in per_round.values() for samples in r)
+
+
+def test_timers_keep_ratios_per_round_and_tritons_default_return_the_mean():
+    from examples.lab.harness import Lab
+    from examples.measuring.timers import DO_BENCH, KERNEL, keep
+
+    lab = Lab(torch.device("cpu"), quick=True)
+    # seconds per call: the kernel 1 and 2 us in two rounds; do_bench skewed by one slow call
+    per_round = {KERNEL: [[1e-6, 1e-6, 1e-6], [2e-6, 2e-6, 2e-6]],
+                 DO_BENCH: [[2e-6, 2e-6, 8e-6], [4e-6, 4e-6, 7e-6]]}
+    keep(lab, "add", per_round, rounds=2)
+    rows = {r.case["timer"]: r.metrics for r in lab.rows()}
+    assert set(rows[KERNEL]) == {"time"}
+    assert rows[DO_BENCH]["vs_kernel"].median == pytest.approx(2.0)  # medians 2/1 and 4/2
+    assert rows[DO_BENCH]["returned"].median == pytest.approx(4.5)  # the means, 4 and 5 us
+    assert sorted([rows[DO_BENCH]["returned_vs_kernel"].min, rows[DO_BENCH]["returned_vs_kernel"].max]) == \
+        pytest.approx([2.5, 4.0])  # 4/1 and 5/2: the mean over the kernel's median, per round

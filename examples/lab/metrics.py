@@ -156,6 +156,8 @@ METRICS: dict[str, str] = {
     "read_roof_fraction": "fraction of the read roof",
     "registers_per_thread": "registers per thread",
     "relative_error": "relative error",
+    "returned": "value returned by default",
+    "returned_vs_kernel": "returned value over kernel time",
     "reserved": "memory reserved",
     "rate_over_narrowest": "rate over the narrowest width's",
     "ridge": "ridge point",
@@ -223,6 +225,8 @@ TOPIC_METRICS: dict[str, dict[str, str]] = {
     "dispatch.sync_points": {"kernels": "kernels launched", "loop": "loop time"},
     "measuring.cpu_bound_trap": {"time": "time measured", "vs_kernel": "over kernel time"},
     "measuring.ncu_capture": {"duration": "kernel duration", "kernels": "kernels profiled"},
+    "measuring.timers": {"time": "time per call", "vs_kernel": "median over kernel time",
+                         "returned": "default return (mean)"},
     "measuring.warm_cache_trap": {"kernel": "kernel time", "one_call": "one call"},
     "stack.roofline": {"kernel": "kernel time", "rate": "compute rate"},
     "stack.matmul_kernel": {"time": "matmul time"},
@@ -301,7 +305,7 @@ WORD_KEYS = frozenset({
     "allocator", "backend", "band", "batch", "bucket", "collective", "device", "elements", "filter", "format",
     "graphs", "inputs", "kernel", "kernels", "layer", "layers", "layout", "length", "level", "method", "mistake", "mode",
     "part", "pattern", "phase", "pools", "precision", "product", "profiler", "provider", "rank", "recipe", "registration",
-    "rung", "setting", "shape", "signals", "sparsity", "step", "timing", "tokens", "trace", "variant", "vocabulary", "way",
+    "rung", "setting", "shape", "signals", "sparsity", "step", "timer", "timing", "tokens", "trace", "variant", "vocabulary", "way",
     "workload",
 })
 
