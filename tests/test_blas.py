@@ -128,3 +128,21 @@ def test_levels_record_has_the_pages_figures(cli, tmp_path):
             assert m["one_call_vs_kernel"].median == pytest.approx(
                 m["one_call"].median / m["time"].median)
             assert ("fraction_of_copy" in m) == (level != "gemm")
+
+
+def test_workspace_worker_errors_surface_as_one_line():
+    """A worker that fails says so in the parent in one line that names its setting, and
+    every worker ends, whether it failed or not (blas.workspace's CPU path, seconds)."""
+    from examples.blas.workspace import Workers, WorkerFailed
+
+    settings = {"fine": {}, "broken": {"CUBLASLT_WORKSPACE_SIZE": "0"}}
+    with pytest.raises(WorkerFailed) as raised:
+        with Workers(settings) as workers:
+            for name in settings:
+                workers.send(name, {"op": "setup", "device": "cpu", "shapes": [[[8, 8, 8], 1]]})
+            assert "checks" in workers.receive("fine", 120) and "checks" in workers.receive("broken", 120)
+            workers.ask("fine", {"op": "run", "case": "torch.mm (cuBLAS), 8x8x8"})
+            workers.ask("broken", {"op": "run", "case": "no such case"})
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith("workspace worker 'broken': KeyError")
+    assert all(p.poll() is not None for p in workers.processes.values())

@@ -199,6 +199,7 @@ METRICS: dict[str, str] = {
     "vs_kernel": "over kernel time",
     "vs_prediction": "over prediction",
     "vs_smallest": "over smallest",
+    "vs_none": "speed-up over no workspace",
     "waves": "waves",
     "weights_per_gpu": "weights per GPU",
 }
@@ -206,6 +207,7 @@ METRICS: dict[str, str] = {
 #: Per topic, where an identifier means something narrower than :data:`METRICS` says.
 TOPIC_METRICS: dict[str, dict[str, str]] = {
     "blas.alignment": {"time": "kernel time", "speedup": "speed-up of the transposed read"},
+    "blas.workspace": {"time": "kernel time"},
     "capstone.decode": {"time": "prefill time", "rate": "compute rate"},
     "capstone.fused_decode": {"time": "time per call", "speedup": "speed-up over cuBLAS",
                               "fraction_of_copy": "fraction of copy bandwidth"},
@@ -307,6 +309,8 @@ WORD_KEYS = frozenset({
     "part", "pattern", "phase", "pools", "precision", "product", "profiler", "provider", "rank", "recipe", "registration",
     "rung", "setting", "shape", "signals", "sparsity", "step", "timer", "timing", "tokens", "trace", "variant", "vocabulary", "way",
     "workload",
+    "rung", "setting", "shape", "signals", "sparsity", "step", "timing", "tokens", "trace", "variant", "vocabulary", "way",
+    "workload", "workspace",
 })
 
 #: Per topic, where a case key means something narrower than :data:`CASE_KEYS` says.
