@@ -199,11 +199,16 @@ def measure_shape(lab, b, h, n, d, documents, dtype) -> None:
     useful = {document_mask: useful_entries(lengths) * h, CAUSAL: n * (n + 1) // 2 * b * h}
     check_all(lab, calls, unpack, q, k, v, dense)
 
+    # One profiler session per variant: its kernels, and for an unforced SDPA call, the backend
+    # they belong to, which names it (on the CPU, the backend comes from the ops' names).
+    kernels = {name: kernel_names(call) if lab.cuda else "(CPU: no kernels)" for name, (_, call) in calls.items()}
     names = {name: name for name in calls}
-    for name in (BASELINE, "SDPA, is_causal"):  # name each unforced call by the backend it ran
-        names[name] = f"{name} ({chosen_backend(lab, name, calls[name][1], q, k, v, dense)})"
-    for name, (_, call) in calls.items():
-        lab.note(f"kernels, {names[name]}", kernel_names(call) if lab.cuda else "(CPU: no profiler names)")
+    for name, kw in ((BASELINE, {"attn_mask": dense}), ("SDPA, is_causal", {"is_causal": True})):
+        found = kernels[name]
+        chosen = backend_of(" ".join(found)) if isinstance(found, list) else dispatched(q, k, v, **kw)
+        names[name] = f"{name} ({chosen})"
+    for name, found in kernels.items():
+        lab.note(f"kernels, {names[name]}", found)
     memory(lab, calls, names, shape)
 
     rows = {names[x]: ({**shape, "mask": mask, "kernel": names[x]}, "time") for x, (mask, _) in calls.items()}
@@ -263,16 +268,6 @@ def check_all(lab, calls, unpack, q, k, v, dense) -> None:
         del calls[name]
     for switch in SWITCHES.values():  # the last forced call left only its backend on
         switch(True)
-
-
-def chosen_backend(lab, name, call, q, k, v, dense) -> str:
-    """The backend an unforced SDPA call ran, from its kernels' names (on the CPU, its ops')."""
-    if lab.cuda:
-        kernels = kernel_names(call)
-        if isinstance(kernels, list):
-            return backend_of(" ".join(kernels))
-    kw = {"attn_mask": dense} if name == BASELINE else {"is_causal": True}
-    return dispatched(q, k, v, **kw)
 
 
 def tile_entries(block_mask) -> int:
