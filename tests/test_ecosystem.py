@@ -1,4 +1,4 @@
-"""Chapter 7: FFT convolution, 2:4 pruning, FP8 scaling, the C++ custom op."""
+"""Chapter 7: FFT convolution, 2:4 pruning, FP8 scaling, the C++ custom op, FlexAttention's masks."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from examples.ecosystem import flex_attention as flex
 from examples.ecosystem.fft_conv import fft_conv2d
 from examples.ecosystem.fp8_gemm import E4M3, column_major, fp8_matmul, to_fp8
 from examples.ecosystem.sparse_dense import random_sparse, two_four, variants
@@ -107,3 +108,44 @@ def test_fp8_recipes_are_exact_on_representable_values_and_order_as_the_outliers
     x, outliers = activations(256, 1024, outlier=1e4, where="rows")
     assert error_of_the_rest(x, outliers, "rowwise") < 0.6 * error_of_the_rest(x, outliers, "tensorwise")
     assert [scale_bytes(256, 1024, r) for r in RECIPES] == [4, 1024, 8192]
+
+
+def test_the_document_masks_agree_on_what_they_keep():
+    """The dense mask, the counted useful entries and the block mask's tiles describe one mask:
+    the tiles the block mask keeps cover every kept entry, and skip only empty tiles."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    rows, n, block = 3, 1024, 128
+    document = flex.document_ids(rows, n, 6, device="cpu")
+    lengths = flex.lengths_of(document)
+    assert all(len(row) == 6 and sum(row) == n for row in lengths)
+    dense = flex.dense_mask(document)
+    assert dense.shape == (rows, 1, n, n) and int(dense.sum()) == flex.useful_entries(lengths)
+    block_mask = create_block_mask(flex.document_causal(document), B=rows, H=None, Q_LEN=n, KV_LEN=n,
+                                   device="cpu")
+    tiles_kept = dense.view(rows, 1, n // block, block, n // block, block).any(5).any(3)
+    assert flex.tile_entries(block_mask) == int(tiles_kept.sum()) * block * block
+    assert block_mask.sparsity() == pytest.approx(100 * (1 - tiles_kept.float().mean().item()))
+
+
+def test_the_varlen_variant_packs_the_documents_as_sequences(monkeypatch):
+    """varlen_attn needs a GPU; a stand-in with its signature (causal per sequence between
+    cumulative offsets) checks the packing, the offsets and the unpacking against the dense mask."""
+    import torch.nn.attention.varlen as varlen
+
+    def stand_in(q, k, v, cu_q, cu_k, max_q, max_k, *, window_size=(-1, -1), **_):
+        assert window_size == (-1, 0) and torch.equal(cu_q, cu_k) and cu_q.dtype == torch.int32
+        out = torch.empty_like(q)
+        for start, end in zip(cu_q[:-1].tolist(), cu_q[1:].tolist()):
+            assert end - start <= max_q
+            one = [t[start:end].transpose(0, 1) for t in (q, k, v)]
+            out[start:end] = F.scaled_dot_product_attention(*one, is_causal=True).transpose(0, 1)
+        return out
+
+    monkeypatch.setattr(varlen, "varlen_attn", stand_in)
+    b, h, n, d = 2, 3, 256, 16
+    q, k, v = (torch.randn(b, h, n, d, dtype=torch.float64) for _ in range(3))
+    document = flex.document_ids(b, n, 5, device="cpu")
+    call, unpacked = flex.varlen_call(q, k, v, flex.lengths_of(document))
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=flex.dense_mask(document))
+    torch.testing.assert_close(unpacked(call()), expected)
