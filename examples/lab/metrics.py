@@ -90,6 +90,13 @@ METRICS: dict[str, str] = {
     "fraction_of_read_roof": "fraction of the read roof",
     "fraction_of_copy": "fraction of copy bandwidth",
     "fraction_of_library": "fraction of the library's rate",
+    "kernels_per_step": "kernels per step",
+    "saved_bytes": "memory saved for backward",
+    "saved_tensors": "tensors saved for backward",
+    "speedup_of_cache": "speed-up of the warm cache",
+    "speedup_over_foreach": "speed-up over foreach",
+    "step_peak": "peak memory of a step",
+    "step_time": "step time",
     "vs_wgmma": "rate as a fraction of Triton wgmma's",
     "fraction_of_separate": "fraction of separate pools",
     "fraction_one_call": "fraction, one call",
@@ -230,6 +237,7 @@ TOPIC_METRICS: dict[str, dict[str, str]] = {
                               "transfer": "transfer time"},
     "collectives.ring_allreduce": {"speedup": "speed-up over hand ring", "time": "time"},
     "dispatch.dispatch_table": {"slowdown": "time over torch.add's"},
+    "compile.training": {"speedup": "speed-up over eager", "compile": "compile time (first call)"},
     "dispatch.sync_points": {"kernels": "kernels launched", "loop": "loop time"},
     "ecosystem.flex_attention": {"time": "kernel time", "rate": "rate of useful work",
                                  "speedup": "speed-up over SDPA with the dense mask",
@@ -335,6 +343,7 @@ TOPIC_CASE_KEYS: dict[str, dict[str, str]] = {
     "collectives.ddp_overlap": {"all_reduce": "all-reduce"},
     "collectives.ddp_probe": {"bytes": "bucket size"},
     "blas.alignment": {"m": "rows m", "n": "output width n"},
+    "compile.training": {"width": "model width", "tensors": "parameter tensors", "cache": "on-disk caches"},
 }
 
 #: Case key -> {value: words}, where a value is an identifier of the code rather than a word a
