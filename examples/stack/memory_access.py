@@ -25,9 +25,9 @@ also on a prefix of its indices, where a kernel that ignored them would read oth
 Shared-memory banks are not measured: Triton picks its kernels' shared-memory layouts and
 swizzles itself, so a Triton kernel cannot ask for a bank conflict.
 
-Cost on an H200: 2.6 GiB of GPU memory at the peak (the tensor, two permutations, the flush
-buffer); 9 variants x 85 rounds of 0.1-2 ms each, about 1 s of kernels, some 3-5 s with the
-set-up, the checks and compiling. On the CPU (``--quick``), the kernels run in Triton's
+Cost on an H200 (estimated, not yet run): about 3 GiB of GPU memory at the peak (the 2 GiB
+tensor, 320 MiB of indices, the flush buffer, randperm's transients); 9 variants x 85 rounds of
+0.1-2 ms each, under 1 s of kernels, some 3-6 s with the set-up, the checks and compiling. On the CPU (``--quick``), the kernels run in Triton's
 interpreter on 64 Ki words: the path runs and checks, its numbers say nothing about a GPU.
 """
 from __future__ import annotations
