@@ -205,6 +205,7 @@ METRICS: dict[str, str] = {
     "transfer_vs_alone": "transfer over alone",
     "untraced": "untraced step",
     "useful_fraction": "share of entries the mask keeps",
+    "useful_share": "useful share of the bytes fetched",
     "vs_caching": "over caching",
     "vs_default": "over default",
     "vs_graphed": "over graphed",
@@ -247,6 +248,9 @@ TOPIC_METRICS: dict[str, dict[str, str]] = {
     "measuring.timers": {"time": "time per call", "vs_kernel": "median over kernel time",
                          "returned": "default return (mean)"},
     "measuring.warm_cache_trap": {"kernel": "kernel time", "one_call": "one call"},
+    "stack.memory_access": {"time": "kernel time", "bandwidth": "useful bandwidth",
+                            "predicted": "predicted useful bandwidth",
+                            "vs_prediction": "measured over predicted"},
     "stack.roofline": {"kernel": "kernel time", "rate": "compute rate"},
     "stack.matmul_kernel": {"time": "matmul time"},
 }
@@ -276,7 +280,7 @@ SIGNED_METRICS: dict[str, str] = {
 #: ``speed_of_light_fraction`` and the ``fraction_of_*`` figures are ratios to a measured
 #: reference, which a run can beat, so they are not shares.
 SHARES: frozenset[str] = frozenset({
-    "allocation_share", "busy_fraction", "top1_agreement",
+    "allocation_share", "busy_fraction", "top1_agreement", "useful_share",
     "kernel_in_code",  # 1 or 0 per run (the name in Inductor's code or not); a median may be 0.5
 })
 
@@ -344,6 +348,8 @@ TOPIC_CASE_KEYS: dict[str, dict[str, str]] = {
     "collectives.ddp_probe": {"bytes": "bucket size"},
     "blas.alignment": {"m": "rows m", "n": "output width n"},
     "compile.training": {"width": "model width", "tensors": "parameter tensors", "cache": "on-disk caches"},
+    "stack.memory_access": {"stride": "stride (words)", "bytes_used": "bytes used per read",
+                            "unit_bytes": "random unit"},
 }
 
 #: Case key -> {value: words}, where a value is an identifier of the code rather than a word a
@@ -360,7 +366,7 @@ CASE_VALUES: dict[str, dict[str, str]] = {
 }
 
 #: Case keys whose values are sizes in memory -> the unit the records give them in.
-SIZE_KEYS: dict[str, str] = {"bytes": "B", "MiB": "MiB"}
+SIZE_KEYS: dict[str, str] = {"bytes": "B", "MiB": "MiB", "bytes_used": "B", "unit_bytes": "B"}
 
 #: Case keys whose values count elements (of a tensor, a buffer): printed with a binary prefix
 #: from 10,000 up (``64 Mi``). Per topic where a key that elsewhere is a matrix side counts
