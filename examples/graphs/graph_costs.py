@@ -92,14 +92,16 @@ def measure(lab) -> None:
 def _measure_latency(lab) -> None:
     """One replay from an idle GPU against replays back to back, in the same rounds.
 
-    Both on the host clock between synchronizations (the launch, the GPU's work and the
-    host noticing it finished are all in a replay from idle; back to back, only the
-    slowest of the host's and the GPU's rates is left)."""
+    Both on the host clock between synchronizations: a replay from idle holds the launch,
+    the GPU's work and the host noticing it finished; back to back, each replay's launch
+    hides under the previous one's work, and only the slower of the two rates is left. A
+    back-to-back sample starts from idle too, so a share of one idle replay's overhead
+    (one part in ``replays``) stays in its time per replay."""
     lengths = CHAIN_LENGTHS[:2] if lab.quick else CHAIN_LENGTHS
     for kernels in lengths:
         static = torch.randn(ELEMENTS, device=lab.device)
         graph, _ = _captured_chain(static, kernels)
-        replays = min(50, max(2, KERNELS_PER_SAMPLE // kernels))
+        replays = min(50, max(4, KERNELS_PER_SAMPLE // kernels))
 
         def back_to_back(graph=graph, replays=replays) -> None:
             for _ in range(replays):
@@ -127,7 +129,7 @@ def _measure_latency(lab) -> None:
 
 
 def _captured_chain(static: torch.Tensor, kernels: int):
-    """A graph of ``kernels`` in-place additions on ``static``, checked against the eager sum."""
+    """A graph of ``kernels`` in-place additions on ``static``, and its stages' seconds."""
     add_chain(static.clone(), 1)  # load the kernel before any capture (lazy module loading)
     graph, seconds = capture_stages(lambda t: add_chain(t, kernels), static)
     return graph, seconds
