@@ -628,6 +628,7 @@ PENDING_KINDS = {
     ("ecosystem.flex_attention", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
     ("compile.training", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
     ("stack.memory_access", "nvidia-h100-80gb-hbm3"): "new topic (issue 21), measured on the H200 first",
+    ("graphs.graph_costs", "nvidia-h100-80gb-hbm3"): "added 2026-11-29, measured on the H200 first",
 }
 
 
