@@ -31,11 +31,9 @@ their gradients, buckets and activations: under 8 GiB a GPU.
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 import statistics
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -141,59 +139,36 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return math.sqrt(diff / norm)
 
 
-def memory_of_a_step(config: dict, device, levers: tuple, x: torch.Tensor) -> dict:
-    """One variant alone on the GPU: peak bytes over one step and bytes held after it,
-    above what the process held before its model was built, then the model freed.
+def memory_worker(config: dict, device: torch.device) -> dict:
+    """One variant in processes of its own: peak bytes over one step and bytes held after
+    it, above what the process held before the model was built.
 
-    Alone, and read once the process's memory has settled (:func:`settled_allocated`):
-    beside the other variants' models, read at once, a figure took in whatever had or
-    had not been freed by then."""
-    if device.type != "cuda":
-        return {}
-    before = settled_allocated()
-    model = build(config, device, *levers, [])
+    Processes of its own, because in a process that had built another variant's model
+    first the figures were not repeatable: a held figure of one variant read 24 to
+    1,090 MiB over six runs, even with Python's collector run and the allocator's count
+    left to settle, and once went negative."""
+    torch.manual_seed(1000 + dist.get_rank())
+    x = torch.randn(config["tokens"], config["width"], device=device)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    model = build(config, device, *VARIANTS[config["variant"]], [])
     for _ in range(3):  # buckets rebuilt after the first step, as in the timed models
         train_step(model, x, True)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     train_step(model, x, True)
-    memory = {"peak": torch.cuda.max_memory_allocated() - before,
-              "held": settled_allocated() - before}
-    del model
-    return memory
-
-
-def settled_allocated(timeout: float = 3.0, still: float = 0.25) -> int:
-    """``torch.cuda.memory_allocated()`` once it has stopped moving for ``still`` seconds.
-
-    A finished NCCL collective's tensors are let go by ProcessGroupNCCL's watchdog thread,
-    some time after the GPU finished it, and DDP's reducer by Python's collector: read at
-    once, a figure depends on how far either had got (three runs read 0 to 1,090 MiB held
-    for one variant, and once a negative figure)."""
-    gc.collect()
     torch.cuda.synchronize()
-    start = last_change = time.monotonic()
-    last = torch.cuda.memory_allocated()
-    while time.monotonic() - start < timeout:
-        time.sleep(0.02)
-        gc.collect()
-        now = torch.cuda.memory_allocated()
-        if now != last:
-            last, last_change = now, time.monotonic()
-        elif time.monotonic() - last_change >= still:
-            break
-    return last
+    return {"peak": torch.cuda.max_memory_allocated() - before,
+            "held": torch.cuda.memory_allocated() - before}
 
 
 def worker(config: dict, device: torch.device) -> dict:
     rank = dist.get_rank()
     torch.manual_seed(1000 + rank)  # each rank its own batch
     x = torch.randn(config["tokens"], config["width"], device=device)
-    result = {"buckets": {}, "sent": {}, "memory": {}, "error": {}, "equal": {}}
+    result = {"buckets": {}, "sent": {}, "error": {}, "equal": {}}
     models, steps, samples = {}, {}, {}
     reference = None
-    for name, levers in VARIANTS.items():  # memory first, each variant alone
-        result["memory"][name] = memory_of_a_step(config, device, levers, x)
     for name, levers in VARIANTS.items():
         sizes: list[int] = []
         model = build(config, device, *levers, sizes)
@@ -247,6 +222,10 @@ def measure(lab) -> None:
     config = {"width": 2048 if full else 256, "layers": 16 if full else 4,
               "tokens": 8192 if full else 128, "reps": 40 if full else 5}
     r = spawn(worker, world, "nccl" if cuda else "gloo", config)
+    memory = {}  # CUDA's allocator only: each variant in processes of its own
+    if cuda:
+        for name in VARIANTS:
+            memory[name] = spawn(memory_worker, world, "nccl", {**config, "variant": name})
 
     # Correctness first: nothing is kept from a run that fails a check.
     for k in range(world):
@@ -267,7 +246,7 @@ def measure(lab) -> None:
     steps = steps_of(r, world)
     params = config["layers"] * (config["width"] ** 2 + config["width"])
     one_gradient = 4 * params  # fp32 gradients: 4 bytes a parameter
-    plain_memory = r["memory"][PLAIN]
+    plain_memory = memory.get(PLAIN)
     for name, (compress, as_view, _) in VARIANTS.items():
         case = {"variant": name, "gpus": world}
         lab.keep_samples([s * 1e3 for s in steps[name]], case=case,
@@ -283,24 +262,24 @@ def measure(lab) -> None:
         if name != PLAIN:
             lab.value(case=case, metric="grad_error", unit="",
                       value=r["error"][name])
-        memory = r["memory"][name]
-        if memory:  # CUDA's allocator only
+        if name in memory:
             lab.value(case=case, metric="peak_memory", unit="MiB",
-                      value=memory["peak"] / 2**20)
+                      value=memory[name]["peak"] / 2**20)
             lab.value(case=case, metric="held_memory", unit="MiB",
-                      value=memory["held"] / 2**20)
+                      value=memory[name]["held"] / 2**20)
             if as_view:
                 lab.value(case=case, metric="memory_saved", unit="MiB",
-                          value=(plain_memory["peak"] - memory["peak"]) / 2**20)
+                          value=(plain_memory["peak"] - memory[name]["peak"]) / 2**20)
                 lab.value(case=case, metric="expected_saving", unit="MiB",
                           value=one_gradient / 2**20)
     note_launch(lab)
     lab.note("model", f"{config['layers']} x Linear({config['width']}, {config['width']}), "
              f"{params:,} parameters, {one_gradient / 2**20:.1f} MiB of fp32 gradients, "
              f"{config['tokens']} tokens per rank, bf16 autocast, 25 MB buckets")
-    lab.note("memory", "rank 0, torch.cuda.max_memory_allocated over one step and "
-             "memory_allocated after it, less what the process held before the variant's "
-             "model was built: its weights, gradients, buckets and activations")
+    lab.note("memory", "rank 0, each variant in processes of its own: "
+             "torch.cuda.max_memory_allocated over one step and memory_allocated after it, "
+             "less what the process held before the model was built: its weights, "
+             "gradients, buckets and activations")
     lab.note("median step, plain DDP (ms)",
              round(statistics.median(steps[PLAIN]) * 1e3, 3))
 
