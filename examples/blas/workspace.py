@@ -131,6 +131,8 @@ class _Worker:
 
         self.device = torch.device(request["device"])
         self.cuda = self.device.type == "cuda"
+        if self.cuda and self.device.index is None:  # torch.cuda's memory calls want an index
+            self.device = torch.device("cuda", torch.cuda.current_device())
         dtype = torch.bfloat16 if self.cuda else torch.float32
         self.ready = {"torch": torch.__version__,
                       "variables": {k: os.environ[k] for k in WORKSPACE_VARIABLES if k in os.environ}}

@@ -227,11 +227,14 @@ def measure_optimizer(lab, layers: int, width: int, hidden: int) -> None:
         copies, opt = made[variant]
         lab.check(f"{variant}: parameters after a step", torch.cat([p.detach().reshape(-1) for p in copies]),
                   torch.cat([p.detach().reshape(-1) for p in reference]), tolerance=1e-6)
+        # fp32 rounding, in another order of operations: the fused kernel's exp_avg_sq was
+        # 1.3e-5 from foreach's on an H200; a moment not updated, or updated twice, is off by
+        # 10 % or more (beta2's 0.999 against the gradient's square).
         for moment in ("exp_avg", "exp_avg_sq"):
             lab.check(f"{variant}: {moment} after a step",
                       torch.cat([opt.state[p][moment].reshape(-1) for p in copies]),
                       torch.cat([reference_opt.state[p][moment].reshape(-1) for p in reference]),
-                      tolerance=1e-5)
+                      tolerance=1e-4)
     if lab.cuda:
         for variant, step in steps.items():
             lab.value(case=case | {"variant": variant}, metric="kernels_per_step",

@@ -370,13 +370,18 @@ def _measure_training_size(lab, width: int, depth: int, batch: int) -> None:
             if name != "whole step graphed" or at >= 3:
                 step(bx, by)
     # The check is on the updates (weights now less weights at the start): a wrong step is
-    # a large error there, where against the weights it would hide under their size.
+    # a large error there, where against the weights it would hide under their size. Two
+    # orders of the same fp32 arithmetic (capturable Adam's step on the GPU against the
+    # host's) drift apart over six steps: Adam divides by sqrt(v), so an element whose
+    # gradient is near zero turns a rounding difference into a visible difference of its
+    # step, 1.9 % of the update at batch 4096 on an H200. One step of the six skipped or
+    # applied twice is off by about a sixth, a graph replaying stale inputs by more.
     start = _flat(base)
     reference = _flat(models["eager"]) - start
     for name in steps:
         if name != "eager":
             lab.check(f"{name}: update after 6 Adam steps equals eager's, batch {batch}",
-                      _flat(models[name]) - start, reference, tolerance=1e-4)
+                      _flat(models[name]) - start, reference, tolerance=0.1)
     lab.compare({name: (lambda s=step: s(x, y)) for name, step in steps.items()}, case=case, key="mode",
                 metric="step", unit="us", baseline="eager")
 
