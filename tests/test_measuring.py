@@ -1,6 +1,8 @@
 """Chapter 8: the timing helpers of the traps and the profile reader, on the CPU."""
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 
@@ -117,10 +119,15 @@ def test_timers_take_turns_in_rotating_rounds_and_keep_one_list_per_round():
             return [float(len(ran))] * samples
         return timer
 
-    per_round = time_in_rounds(None, None, {n: fake(n) for n in "ABC"}, rounds=4, samples=2)
+    windows = {}
+    lab = types.SimpleNamespace(load=types.SimpleNamespace(window=lambda a, b: None))
+    per_round = time_in_rounds(None, lab, {n: fake(n) for n in "ABC"}, rounds=4, samples=2, windows=windows)
     assert "".join(ran) == "ABCCBABCAACB"  # the lab's round_order
     assert {n: len(r) for n, r in per_round.items()} == {"A": 4, "B": 4, "C": 4}
     assert all(len(samples) == 2 for r in per_round.values() for samples in r)
+    # each timer's own blocks, for the clock it ran at
+    assert {n: len(w) for n, w in windows.items()} == {"A": 4, "B": 4, "C": 4}
+    assert all(a <= b for w in windows.values() for a, b in w)
 
 
 def test_timers_keep_ratios_per_round_and_tritons_default_return_the_mean():

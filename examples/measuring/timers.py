@@ -38,6 +38,7 @@ from __future__ import annotations
 import inspect
 import statistics
 import sys
+import time
 from collections.abc import Callable
 
 import torch
@@ -116,17 +117,34 @@ def timers(lab) -> dict[str, Callable]:
 
 
 # --8<-- [start:rounds]
-def time_in_rounds(call, lab, chosen: dict[str, Callable], *, rounds: int,
-                   samples: int) -> dict[str, list[list[float]]]:
+def time_in_rounds(call, lab, chosen: dict[str, Callable], *, rounds: int, samples: int,
+                   windows: dict[str, list[tuple[float, float]]]) -> dict[str, list[list[float]]]:
     """Each timer once per round, in the lab's rotating order (round_order), so
     that a drift of clocks or heat falls on every timer alike: timer -> one list
-    of samples (seconds per call) per round."""
+    of samples (seconds per call) per round. Each timer's blocks go to ``windows``."""
     per_round: dict[str, list[list[float]]] = {name: [] for name in chosen}
     for r in range(rounds):
         for name in round_order(list(chosen), r):
+            began = time.monotonic()
             per_round[name].append(chosen[name](call, lab, samples))
+            windows.setdefault(name, []).append((began, time.monotonic()))
+            lab.load.window(*windows[name][-1])
     return per_round
 # --8<-- [end:rounds]
+
+
+def keep_clocks(lab, op: str, windows: dict[str, list[tuple[float, float]]]) -> None:
+    """Each timer's SM clock, the median of the sampler's readings inside its own blocks:
+    a timer that runs its op back to back for long (Triton's) heats the GPU, and a GEMM
+    under a power cap runs at a lower clock than one that starts from idle."""
+    samples = lab.load.stop()  # once every block of every op has ended
+    for name, spans in windows.items():
+        inside = [s.sm_mhz for s in samples if any(a <= s.t <= b for a, b in spans)]
+        if inside:
+            lab.value(case={"op": op, "timer": name}, metric="sm_clock", unit="MHz",
+                      value=statistics.median(inside))
+        else:
+            lab.note(f"SM clock, {op}, {name}", "no sampler reading inside its blocks (each too short)")
 
 
 def keep(lab, op: str, per_round: dict[str, list[list[float]]], *, rounds: int) -> None:
@@ -248,15 +266,21 @@ def measure(lab) -> None:
     # Triton's own loops (~0.13 s per do_bench call, ~0.3 s per do_bench_cudagraph call).
     rounds, samples = (2, 3) if lab.quick else (4, 25)
     chosen = timers(lab)
+    windows: dict[str, dict[str, list[tuple[float, float]]]] = {}
     for build in OPS:
         op, call = build(lab)
         for _ in range(lab.warmup):
             call()
         lab.synchronize()
-        keep(lab, op, time_in_rounds(call, lab, chosen, rounds=rounds, samples=samples), rounds=rounds)
+        windows[op] = {}
+        keep(lab, op, time_in_rounds(call, lab, chosen, rounds=rounds, samples=samples, windows=windows[op]),
+             rounds=rounds)
         del call
         if lab.cuda:
             torch.cuda.empty_cache()
+    if lab.cuda:
+        for op, of_op in windows.items():
+            keep_clocks(lab, op, of_op)
 
 
 def main(argv=None) -> int:
