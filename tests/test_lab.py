@@ -645,9 +645,7 @@ def test_a_pending_kind_has_no_runs_yet():
 #: Multi-GPU topics with no committed run on any machine yet, each with its reason. A debt, not a
 #: waiver, like PENDING_KINDS: the test below fails once the topic has runs, so the entry goes with
 #: them (two runs on one machine kind then pass as provisional; one run alone still fails).
-PENDING_MULTI_GPU = {
-    "collectives.ddp_levers": "added 2026-11-28; only 2 x H200 lent",
-}
+PENDING_MULTI_GPU: dict[str, str] = {}
 
 
 def test_a_pending_multi_gpu_topic_has_no_runs_yet():
