@@ -144,6 +144,7 @@ METRICS: dict[str, str] = {
     "mask_time": "time to build the mask",
     "masks_differ": "fraction of the mask redrawn",
     "mean_kernel": "mean kernel",
+    "memory_saved": "memory saved",
     "measured_over_model": "measured over model",
     "memcpy_calls": "memcpy calls",
     "memory_reserved": "memory reserved",
