@@ -30,6 +30,8 @@ NOT_ABBREVIATIONS = {
     "GA100": "a chip's name (the A100's die), defined where the page uses it",
     "GH100": "a chip's name (the H100's die), defined where the page uses it",
     "MI300X": "a product's name (AMD Instinct MI300X)",
+    "IF": "a CUDA graph conditional node's kind, named as the CUDA Programming Guide names it",
+    "WHILE": "a CUDA graph conditional node's kind, named as the CUDA Programming Guide names it",
 }
 
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})")

@@ -206,8 +206,8 @@ def format_count(value) -> str:
     ``14 Ki``), else the decimal one (``10 k``, ``1.5 M``), else whole with separators: a case
     value names its case, so it is never rounded.
 
-    >>> [format_count(v) for v in (4096, 16384, 14336, 2**20, 64 * 2**20, 3 * 2**29, 10_000, 123_457)]
-    ['4096', '16\\xa0Ki', '14\\xa0Ki', '1\\xa0Mi', '64\\xa0Mi', '1.5\\xa0Gi', '10\\xa0k', '123,457']
+    >>> [format_count(v) for v in (4096, 16384, 14336, 2**20, 64 * 2**20, 3 * 2**29, 10_000, 123_457, 38_547_456)]
+    ['4096', '16\\xa0Ki', '14\\xa0Ki', '1\\xa0Mi', '64\\xa0Mi', '1.5\\xa0Gi', '10\\xa0k', '123,457', '37,644\\xa0Ki']
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or not float(value).is_integer():
@@ -225,6 +225,10 @@ def format_count(value) -> str:
         if round(scaled, 2) == scaled:
             number = f"{scaled:,.2f}".rstrip("0").rstrip(".")
             return f"{sign}{number}{NBSP}{prefixes[k - 1]}"
+    # A smaller binary prefix that writes it whole (38,547,456 elements: 37,644 Ki).
+    for k in range(len(_COUNT_PREFIXES[0][1]), 0, -1):
+        if 1024 ** k <= whole and whole % 1024 ** k == 0:
+            return f"{sign}{whole // 1024 ** k:,}{NBSP}{_COUNT_PREFIXES[0][1][k - 1]}"
     return f"{sign}{whole:,}"
 
 

@@ -372,10 +372,25 @@ def _figure_rows(group: Group) -> list[tuple[dict, str, Figure]]:
     return [(row.case, name, f) for row in group_rows(group) for name, f in row.metrics.items()]
 
 
+#: A topic whose figures use more case keys than this gets a table per set of keys: one table of
+#: every key ran past the text column (graphs.graph_costs: nine keys, most cells "—").
+MAX_TABLE_KEYS = 5
+
+
 def figures_markdown(group: Group) -> str:
     """Every figure of a group, one per line: case (keys constant over the group said once above),
-    metric in words, median with the run-to-run range beneath, runs, a noisy flag."""
+    metric in words, median with the run-to-run range beneath, runs, a noisy flag. A topic of more
+    than :data:`MAX_TABLE_KEYS` case keys gets one such table per set of keys its cases use."""
     figures = _figure_rows(group)
+    if len(dict.fromkeys(k for case, _, _ in figures for k in case)) <= MAX_TABLE_KEYS:
+        return _figures_table(group, figures)
+    kinds: dict[tuple, list] = {}
+    for row in figures:
+        kinds.setdefault(tuple(row[0]), []).append(row)
+    return "\n\n".join(_figures_table(group, rows) for rows in kinds.values())
+
+
+def _figures_table(group: Group, figures: list) -> str:
     keys = list(dict.fromkeys(k for case, _, _ in figures for k in case))
     # A key with one value in every figure is said once above the table, as the chapters' tables do.
     fixed = [k for k in keys if all(k in c for c, _, _ in figures)

@@ -16,6 +16,7 @@ current run that lacks it still fails: the page asks for what the code does not 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable, Iterable, Sequence
 
 from examples.lab.records import RUNS_PER_KIND, Metric
@@ -418,10 +419,17 @@ def _notes_table(notes: dict, names: list[str], spread: bool) -> str:
 
 
 def _note_key(key: str) -> str:
-    """A note's key: a code name (``cuda.matmul.allow_tf32``) as code, breakable after its dots."""
+    """A note's key: a code name (``cuda.matmul.allow_tf32``) as code, breakable after its dots; in
+    a key of words, each code name among them as code (``<code>do_bench</code> defaults``)."""
     if ("_" in key or "." in key) and " " not in key:
         return f"<code>{breakable(key, always=True)}</code>"
-    return cell(sizes_in_text(key))
+    return " ".join(_CODE_WORD.sub(lambda m: f"{m[1]}<code>{breakable(m[2], always=True)}</code>{m[3]}",
+                                   cell(word)) for word in sizes_in_text(key).split(" "))
+
+
+#: A word of a note's key that is a code name: an identifier with ``_`` (``do_bench``,
+#: ``(begin_capture_to_if_node)``), brackets and punctuation around it kept outside the code.
+_CODE_WORD = re.compile(r"^([(\[]*)([A-Za-z_][\w.]*_[\w.]*)([)\],:;]*)$")
 
 
 def breakable(text: str, always: bool = False) -> str:
@@ -439,8 +447,9 @@ def breakable(text: str, always: bool = False) -> str:
 def _note_value(value) -> str:
     """A note's value in a cell; a raw count of bytes in its text in binary units (``1 GiB``)."""
     if isinstance(value, list):
-        return "; ".join(breakable(sizes_in_text(case_value(v))) for v in value)
-    return breakable(sizes_in_text(case_value(value)))
+        return "; ".join(breakable(sizes_in_text(case_value(v))) for v in value) or "none"
+    shown = breakable(sizes_in_text(case_value(value)))
+    return shown if shown.strip() else "none"  # an empty note (no such methods) says so
 
 
 def notes(request: NotesRequest, groups: Sequence[Group], link: Callable[[Entry], str]) -> str:
