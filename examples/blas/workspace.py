@@ -1,7 +1,8 @@
-"""The cuBLAS workspace: scratch memory that lets cuBLAS split a long K, and what a GEMM loses without it.
+"""The cuBLAS workspace: scratch memory that lets cuBLAS split a long K, and whether the kernel it buys is faster.
 
-A GEMM with a small output and a long reduction (1024 x 2048 outputs, K = 32,768) has too
-few output tiles to fill 132 SMs. cuBLAS can split K among more CTAs and add their partial
+A GEMM with a small output and a long reduction (1024 x 2048 outputs, K = 32,768) has few
+output tiles for its work: 128 tiles of 128 x 128 for 132 SMs, each tile a reduction 32,768
+long. cuBLAS can split K among more CTAs and add their partial
 sums afterwards (split-K), but the partial sums need somewhere to live: the *workspace*, a
 device buffer torch hands to cuBLAS (``cublasSetWorkspace``) and to cuBLASLt (the
 ``workspace`` argument of ``cublasLtMatmul``, with ``CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES``

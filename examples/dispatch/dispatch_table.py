@@ -19,10 +19,12 @@ op logger sees, and times one call of it against the same addition reached
 three built-in ways: ``torch.add`` (Python binding, unboxed call), the op's
 handle called boxed (``torch._C._dispatch_call_boxed``: same kernel, a stack in
 between), and ``torch.ops.aten.add.Tensor`` (the ``OpOverload`` a Python
-kernel or ``__torch_dispatch__`` sees). Each is OPS calls a sample, interleaved
-in rounds with the run's tiny op (``op_cost``'s: a one-element in-place add
-on the run's device), so every figure is also kept in tiny ops, paired round
-by round, and as a ratio to ``torch.add`` of the same round.
+kernel or ``__torch_dispatch__`` sees). Each way is a function that makes OPS
+calls; a sample is 25 such functions back to back (10 in the quick run), divided
+down to one call, and the ways are interleaved in rounds with the run's tiny op
+(``op_cost``'s: OPS one-element in-place adds on the run's device), so every
+figure is also kept in tiny ops, paired round by round, and as a ratio to
+``torch.add`` of the same round.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The memory system in numbers: what a read costs depends on which bytes it asks for.
 
-A warp's loads reach DRAM as 32-byte sectors: the L1 and the L2 move whole sectors, four to a
-128-byte line, whatever a thread asked for (CUDA C++ Best Practices Guide, "Coalesced Access to
+NVIDIA's guides describe a warp's loads as served in 32-byte sectors: the L1 and the L2 move whole
+sectors, four to a 128-byte line, whatever a thread asked for (CUDA C++ Best Practices Guide, "Coalesced Access to
 Global Memory", https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/index.html#coalesced-access-to-global-memory;
 the Hopper tuning guide, https://docs.nvidia.com/cuda/hopper-tuning-guide/index.html, keeps the
-same memory model). So the model is one line: useful bandwidth = peak x useful bytes per byte
-fetched. This topic tests it with two Triton kernels over a 2 GiB float32 tensor (40 times the
+same memory model). Read as a cost model, that is one line: useful bandwidth = peak x useful bytes
+per byte fetched, with 32-byte fetches. This topic tests it with two Triton kernels over a 2 GiB float32 tensor (40 times the
 50 MB L2, so every sector comes from HBM), each summing what it reads:
 
 * ``strided_sum``: lane i reads word ``i * STRIDE``. Stride 1 is the coalesced stream (the peak of
@@ -25,9 +25,9 @@ also on a prefix of its indices, where a kernel that ignored them would read oth
 Shared-memory banks are not measured: Triton picks its kernels' shared-memory layouts and
 swizzles itself, so a Triton kernel cannot ask for a bank conflict.
 
-Cost on an H200 (estimated, not yet run): about 3 GiB of GPU memory at the peak (the 2 GiB
-tensor, 320 MiB of indices, the flush buffer, randperm's transients); 9 variants x 85 rounds of
-0.1-2 ms each, under 1 s of kernels, some 3-6 s with the set-up, the checks and compiling. On the CPU (``--quick``), the kernels run in Triton's
+Cost on an H200 (four runs): about 3 s, and 6.2 GiB of GPU memory at the peak (the 2 GiB tensor,
+320 MiB of indices, the flush buffer, randperm's transients); 9 variants x 85 rounds of 0.1-2 ms
+each are under 1 s of kernels, the rest is set-up, checks and compiling. On the CPU (``--quick``), the kernels run in Triton's
 interpreter on 64 Ki words: the path runs and checks, its numbers say nothing about a GPU.
 """
 from __future__ import annotations
@@ -86,7 +86,8 @@ def useful_share(used: int, fetched_per_use: int, index: int = 0) -> float:
 
 
 def strided_share(stride: int) -> float:
-    """Stride s words: a sector of 8 words holds 8/s useful ones, and never fewer than one."""
+    """Stride s words, in the sector model: each sector fetched holds 8/s of the words asked for,
+    and at least one (past stride 8 the sectors between are skipped, not fetched)."""
     return useful_share(WORD * max(1, SECTOR // WORD // stride), SECTOR)
 
 
