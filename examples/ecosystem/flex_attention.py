@@ -252,25 +252,18 @@ def check_all(lab, calls, unpack, q, k, v, dense) -> None:
         expected[mask] = torch.stack(refs)
     tolerance = 2e-2 if q.dtype == torch.bfloat16 else 1e-4
     refused = []
-    # A refusing SDPA backend says why in a C++ warning issued once a process: where an earlier
-    # topic of the same run met the refusal first, only "Invalid backend" would be left here.
-    warned_always = torch.is_warn_always_enabled()
-    torch.set_warn_always(True)
-    try:
-        for name, (mask, call) in calls.items():
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                try:
-                    out = call()
-                except (RuntimeError, ValueError) as exc:  # an SDPA backend, or varlen_attn, refused
-                    lab.note(f"{name}: refused", _why(exc, caught))
-                    refused.append(name)
-                    continue
-            out = unpack.get(name, lambda o: o)(out)
-            lab.check(f"{name}, {mask}", torch.stack([out[row, head] for row, head in enumerate(heads)]),
-                      expected[mask], tolerance=tolerance)
-    finally:
-        torch.set_warn_always(warned_always)
+    for name, (mask, call) in calls.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # a refusing SDPA backend says why in a warning
+            try:
+                out = call()
+            except (RuntimeError, ValueError) as exc:  # an SDPA backend, or varlen_attn, refused
+                lab.note(f"{name}: refused", _why(exc, caught))
+                refused.append(name)
+                continue
+        out = unpack.get(name, lambda o: o)(out)
+        lab.check(f"{name}, {mask}", torch.stack([out[row, head] for row, head in enumerate(heads)]),
+                  expected[mask], tolerance=tolerance)
     for name in refused:
         del calls[name]
     for switch in SWITCHES.values():  # the last forced call left only its backend on
