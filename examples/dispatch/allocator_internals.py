@@ -282,7 +282,7 @@ def _keep_growing(lab, allocator: str, growing: dict) -> None:
         lab.value(case=case, metric="idle", value=(s["reserved"] - s["allocated"]) / MiB, unit="MiB")
         lab.value(case=case, metric="segments", value=s["segments"], unit="")
         lab.value(case=case, metric="new_memory_events", value=s["new_memory_events"], unit="")
-    lab.note(f"segments with {COUNT} × {AFTER} MiB held, {allocator}", growing["segment_map"])
+    lab.note(f"segment map with {COUNT} × {AFTER} MiB held ({allocator})", growing["segment_map"])
 
 
 def _keep_streams(lab, streams: dict) -> None:
