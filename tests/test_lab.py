@@ -629,6 +629,7 @@ PENDING_KINDS = {
     ("compile.training", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
     ("stack.memory_access", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
     ("graphs.graph_costs", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
+    ("dispatch.allocator_internals", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
 }
 
 

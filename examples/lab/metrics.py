@@ -248,6 +248,14 @@ TOPIC_METRICS: dict[str, dict[str, str]] = {
                               "transfer": "transfer time"},
     "collectives.ring_allreduce": {"speedup": "speed-up over hand ring", "time": "time"},
     "dispatch.dispatch_table": {"slowdown": "time over torch.add's"},
+    "dispatch.allocator_internals": {
+        "block": "block handed out", "padding": "bytes past the request", "segment": "segment it was cut from",
+        "block_vs_rule": "block over the rule's", "segment_vs_rule": "segment over the rule's",
+        "idle": "reserved, not allocated", "segments": "segments",
+        "new_memory_events": "memory got from CUDA (cudaMalloc or mapping)",
+        "reused": "next allocation got the freed block", "new_segments": "new segments (cudaMalloc)",
+        "wrong_share": "side stream's output wrong", "awaiting_free": "blocks awaiting another stream",
+        "reused_after_sync": "block reused once the stream finished"},
     "compile.training": {"speedup": "speed-up over eager", "compile": "compile time (first call)"},
     "graphs.graph_costs": {"time": "time of the stage", "step": "training step time",
                            "per_kernel": "time per kernel"},
@@ -294,6 +302,7 @@ SIGNED_METRICS: dict[str, str] = {
 #: reference, which a run can beat, so they are not shares.
 SHARES: frozenset[str] = frozenset({
     "allocation_share", "busy_fraction", "top1_agreement", "useful_share",
+    "wrong_share",  # dispatch.allocator_internals: the share of elements a racing stream read wrong
     "kernel_in_code",  # 1 or 0 per run (the name in Inductor's code or not); a median may be 0.5
 })
 
@@ -353,6 +362,7 @@ WORD_KEYS = frozenset({
     "outputs", "part", "pattern", "phase", "pools", "precision", "product", "profiler", "provider", "rank", "recipe", "registration",
     "replays", "rung", "setting", "shape", "signals", "sparsity", "stage", "step", "timing", "tokens", "trace", "variant", "vocabulary", "way",
     "width", "workload",
+    "pool", "request",
 })
 
 #: Per topic, where a case key means something narrower than :data:`CASE_KEYS` says.
