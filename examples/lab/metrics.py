@@ -255,6 +255,7 @@ TOPIC_METRICS: dict[str, dict[str, str]] = {
         "new_memory_events": "memory got from CUDA (cudaMalloc or mapping)",
         "reused": "next allocation got the freed block", "new_segments": "new segments (cudaMalloc)",
         "wrong_share": "side stream's output wrong", "awaiting_free": "blocks awaiting another stream",
+        "side_busy": "side stream still busy at the new allocation",
         "reused_after_sync": "block reused once the stream finished"},
     "compile.training": {"speedup": "speed-up over eager", "compile": "compile time (first call)"},
     "graphs.graph_costs": {"time": "time of the stage", "step": "training step time",
