@@ -1,0 +1,136 @@
+"""What Inductor fuses and what it leaves apart, read from the code it generated.
+
+Four small functions, each asking one question of Inductor's scheduler, compiled and then
+read back: ``torch._inductor.utils.run_and_get_code`` returns the Python module Inductor
+wrote, whose ``call`` function launches every kernel in order. Counting its launches
+(``<kernel>.run(...)`` for a Triton kernel, ``cpp_fused_...(...)`` on a CPU) and its calls
+into ``extern_kernels`` (a library: cuBLAS for a matrix product) says how many kernels a
+call runs and which ops went together; the kernel names say which ops each one holds. On
+a GPU the profiler's count of the operations one call runs confirms it.
+
+* ``pointwise chain``: three pointwise ops, the control: one kernel.
+* ``reduction with a prologue``: a row sum of ``gelu(x)``: the pointwise work feeds the
+  reduction inside one kernel, or does not.
+* ``normalise by the row's mean``: a reduction whose result every element of its row uses
+  again: one kernel or two.
+* ``matmul, bias and GELU``: ``gelu(x @ w + b)``, compiled the default way (the product an
+  extern cuBLAS call, which Inductor cannot fuse into) and with max-autotune restricted to
+  Triton's GEMM templates (``max_autotune_gemm_backends="TRITON"``), which can take the
+  bias and the GELU as an epilogue. The restriction is the book's: the default search
+  also tries cuBLAS and would make this one shape's compile longer; the page says so.
+
+Each compiled function is checked against eager in float32, and on a GPU its kernels'
+time (``timer="kernel"``) is compared with eager's in interleaved rounds.
+
+Cost on an H200: a few seconds of compiling (the max-autotune variant benchmarks some
+twenty GEMM configurations of one 4096-cube product) and well under a second of kernels;
+about 1 GiB of GPU memory.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from examples.lab.timing import ops_per_call
+
+
+# --8<-- [start:patterns]
+def pointwise_chain(x):
+    return F.gelu(x * 2.0 + 1.0)
+
+
+def reduction_with_prologue(x):
+    return F.gelu(x).sum(dim=-1)
+
+
+def normalise_by_row_mean(x):
+    return x - x.mean(dim=-1, keepdim=True)
+
+
+def matmul_bias_gelu(x, w, b):
+    return F.gelu(x @ w + b)
+# --8<-- [end:patterns]
+
+
+#: name -> (function, its inputs' shapes on a GPU, on the CPU's quick path)
+PATTERNS = {
+    "pointwise chain": (pointwise_chain, [(8192, 8192)], [(64, 64)]),
+    "reduction with a prologue": (reduction_with_prologue, [(8192, 8192)], [(64, 64)]),
+    "normalise by the row's mean": (normalise_by_row_mean, [(8192, 8192)], [(64, 64)]),
+    "matmul, bias and GELU": (matmul_bias_gelu, [(4096, 4096), (4096, 4096), (4096,)], [(64, 64), (64, 64), (64,)]),
+}
+#: The ways each pattern is compiled: name -> Inductor options. Max-autotune only where a
+#: matrix product gives it something to choose.
+DEFAULT = "default"
+TRITON_TEMPLATES = "max-autotune, Triton GEMM templates only"
+WAYS = {DEFAULT: {}, TRITON_TEMPLATES: {"max_autotune": True, "max_autotune_gemm_backends": "TRITON"}}
+
+
+# --8<-- [start:read]
+def launches(code: str) -> dict[str, list[str]]:
+    """The kernels the generated ``call`` function launches, in order: Triton kernels
+    (``name.run(``), C++ kernels (``cpp_fused_...(``) and library calls (``extern_kernels.mm(``)."""
+    body = code[code.find("def call("):]
+    found = re.findall(r"\b(triton_\w+)\.run\(|\b(cpp_fused_\w+)\(|\bextern_kernels\.(\w+)\(", body)
+    return {"in order": [triton or cpp or f"extern_kernels.{lib}" for triton, cpp, lib in found],
+            "generated": [triton or cpp for triton, cpp, _ in found if triton or cpp],
+            "library": [f"extern_kernels.{lib}" for _, _, lib in found if lib]}
+# --8<-- [end:read]
+
+
+def compile_and_read(fn, args, options: dict):
+    """``fn`` compiled with Inductor ``options``; its first call's output, seconds and
+    generated code. Each way is a backend of its own to Dynamo, so ways compiled one after
+    the other keep their own compiled code."""
+    from torch._inductor.utils import run_and_get_code
+
+    compiled = torch.compile(fn, options=options) if options else torch.compile(fn)
+    start = time.perf_counter()
+    out, codes = run_and_get_code(compiled, *args)
+    return compiled, out, time.perf_counter() - start, "\n".join(codes)
+
+
+def measure(lab) -> None:
+    dtype = torch.bfloat16 if lab.cuda else torch.float32
+    g = torch.Generator(device=lab.device).manual_seed(0)
+    for name, (fn, gpu_shapes, cpu_shapes) in PATTERNS.items():
+        shapes = gpu_shapes if lab.cuda and not lab.quick else cpu_shapes
+        args = [(torch.randn(s, generator=g, device=lab.device) / s[-1] ** 0.25).to(dtype) for s in shapes]
+        expected = fn(*(a.float() for a in args))
+        ways = WAYS if name == "matmul, bias and GELU" and lab.cuda else {DEFAULT: {}}
+        calls = {"eager": lambda fn=fn, args=args: fn(*args)}
+        torch._dynamo.reset()  # a cold start for each pattern
+        for way, options in ways.items():
+            compiled, out, seconds, code = compile_and_read(fn, args, options)
+            lab.check(f"{name}, {way}", out.float(), expected, tolerance=2e-2)
+            case = {"pattern": name, "way": way}
+            found = launches(code)
+            lab.value(case=case, metric="generated_kernels", value=len(found["generated"]), unit="")
+            lab.value(case=case, metric="library_calls", value=len(found["library"]), unit="")
+            lab.value(case=case, metric="compile_time", value=seconds, unit="s")
+            lab.note(f"launches, {name}, {way}", found["in order"])
+            if lab.cuda:
+                lab.value(case=case, metric="gpu_operations", unit="",
+                          value=ops_per_call(lambda c=compiled, a=args: c(*a)))
+            calls[way] = lambda c=compiled, a=args: c(*a)
+        if lab.cuda:
+            lab.value(case={"pattern": name, "way": "eager"}, metric="gpu_operations", unit="",
+                      value=ops_per_call(calls["eager"]))
+        # Kernels against kernels: compiled over eager, paired by round.
+        lab.compare(calls, case={"pattern": name}, key="way", metric="time", baseline="eager",
+                    timer="kernel")
+    torch._dynamo.reset()
+
+
+def main(argv=None) -> int:
+    from examples.lab.cli import run_example
+
+    return run_example(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
