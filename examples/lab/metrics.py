@@ -38,6 +38,7 @@ METRICS: dict[str, str] = {
     "achieved_occupancy": "achieved occupancy",
     "algbw": "algorithm bandwidth",
     "allocation_share": "share spent allocating",
+    "wrong_share": "share of the output wrong",
     "allocated": "memory allocated",
     "alpha": "latency term α",
     "alpha_bound": "upper bound on α (per step)",
