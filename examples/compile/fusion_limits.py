@@ -24,13 +24,16 @@ a GPU the profiler's count of the operations one call runs confirms it.
 Each compiled function is checked against eager in float32, and on a GPU its kernels'
 time (``timer="kernel"``) is compared with eager's in interleaved rounds.
 
-Cost on an H200: 15 to 25 s, nearly all of it compiling (each max-autotune way benchmarks
-some twenty GEMM configurations of one 4096-cube product); well under a second of kernels;
-about 1 GiB of GPU memory.
+Cost on an H200: 18 to 24 s (three runs), nearly all of it compiling (the first
+max-autotune way compiles and benchmarks the GEMM templates' configurations of one
+4096-cube product; the notes keep how many and which won); well under a second of
+kernels; 1.5 GiB of GPU memory at the peak. The notes also keep each kernel's own
+duration, eager's and each compiled way's.
 """
 from __future__ import annotations
 
 import re
+import statistics
 import sys
 import time
 
@@ -38,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from examples.compile.modes import prune_unlaunchable_gemm_configs
+from examples.lab.kernels import gpu_split
 from examples.lab.timing import ops_per_call
 
 
@@ -73,7 +77,8 @@ TRITON_TEMPLATES = "max-autotune, Triton GEMM templates only"
 FORCED = "the same, epilogue fusion not benchmarked"
 #: Max-autotune benchmarks a template with its epilogue fused against the template and a
 #: separate epilogue kernel, and keeps the faster (``benchmark_epilogue_fusion``); the third
-#: way turns that off, so the epilogue is fused wherever the scheduler can fuse it.
+#: way turns that off, so Inductor decides by its own estimates and heuristics (register
+#: use, spills, occupancy in ``Scheduler.speedup_by_fusion``) instead of a benchmark.
 #: Configurations whose shared memory exceeds the GPU's are dropped before compiling
 #: (``compile.modes`` explains why): the same candidates that can run, less compile time.
 TEMPLATES = {"max_autotune": True, "max_autotune_gemm_backends": "TRITON", **prune_unlaunchable_gemm_configs()}
@@ -92,6 +97,31 @@ def launches(code: str) -> dict[str, list[str]]:
 # --8<-- [end:read]
 
 
+def kernel_durations(call) -> list[str] | str:
+    """Each GPU operation of one call, costliest first, with its median duration over five calls."""
+    split = gpu_split(call, calls=5, host_ops=False)
+    if split is None:
+        return "the profiler saw no GPU work"
+    ranked = sorted(split.durations_us.items(), key=lambda kv: -statistics.median(kv[1]))
+    return [f"{statistics.median(d):.1f} us, {name[:100]}" for name, d in ranked]
+
+
+def note_autotuning(chosen: list[str]):
+    """Let max-autotune report, for every product it tunes, how many candidates it timed and
+    which won, into ``chosen`` (Inductor's feedback hook; absent in other torch versions)."""
+    try:
+        from torch._inductor.select_algorithm import add_feedback_saver
+    except ImportError:
+        return
+
+    def saver(timings, name, inputs, choices, *_):
+        ranked = sorted(timings.items(), key=lambda kv: kv[1])
+        if ranked:
+            chosen.append(f"{name}: {len(ranked)} candidates timed, {ranked[0][0].name} won at {ranked[0][1]:.4f} ms")
+
+    add_feedback_saver(saver)
+
+
 def compile_and_read(fn, args, options: dict):
     """``fn`` compiled with Inductor ``options``; its first call's output, seconds and
     generated code. Each way is a backend of its own to Dynamo, so ways compiled one after
@@ -106,6 +136,9 @@ def compile_and_read(fn, args, options: dict):
 
 def measure(lab) -> None:
     dtype = torch.bfloat16 if lab.cuda else torch.float32
+    chosen: list[str] = []
+    if lab.cuda:
+        note_autotuning(chosen)
     g = torch.Generator(device=lab.device).manual_seed(0)
     for name, (fn, gpu_shapes, cpu_shapes) in PATTERNS.items():
         shapes = gpu_shapes if lab.cuda and not lab.quick else cpu_shapes
@@ -115,7 +148,10 @@ def measure(lab) -> None:
         calls = {"eager": lambda fn=fn, args=args: fn(*args)}
         torch._dynamo.reset()  # a cold start for each pattern
         for way, options in ways.items():
+            chosen.clear()
             compiled, out, seconds, code = compile_and_read(fn, args, options)
+            if chosen:
+                lab.note(f"autotuned, {name}, {way}", list(chosen))
             lab.check(f"{name}, {way}", out.float(), expected, tolerance=2e-2)
             case = {"pattern": name, "way": way}
             found = launches(code)
@@ -126,14 +162,20 @@ def measure(lab) -> None:
             if lab.cuda:
                 lab.value(case=case, metric="gpu_operations", unit="",
                           value=ops_per_call(lambda c=compiled, a=args: c(*a)))
+                lab.note(f"kernel durations, {name}, {way}", kernel_durations(lambda c=compiled, a=args: c(*a)))
             calls[way] = lambda c=compiled, a=args: c(*a)
         if lab.cuda:
             lab.value(case={"pattern": name, "way": "eager"}, metric="gpu_operations", unit="",
                       value=ops_per_call(calls["eager"]))
+            lab.note(f"kernel durations, {name}, eager", kernel_durations(calls["eager"]))
         # Kernels against kernels: compiled over eager, paired by round.
         lab.compare(calls, case={"pattern": name}, key="way", metric="time", baseline="eager",
                     timer="kernel")
     torch._dynamo.reset()
+    if lab.cuda:
+        from examples.compile.modes import forget_autotune_choices
+
+        forget_autotune_choices()
 
 
 def main(argv=None) -> int:
