@@ -453,12 +453,11 @@ class RunFigure(NamedTuple):
     median: float
 
 
-def book_figures(topic: str, metric: str, machine: str | None = None, *, root: Path = BOOK_RECORDS,
-                 **case) -> list[RunFigure]:
-    """``metric``'s median in every committed run of ``topic`` (on ``machine`` only, if given),
-    from the rows whose case has every ``key=value`` of ``case``; in file order. As on the
-    pages: where some runs of a GPU kind (and GPU count) were made by the code as it is now,
-    only those count; a kind with none keeps the runs of the newest code version it measured."""
+def book_records(topic: str, machine: str | None = None, *, root: Path = BOOK_RECORDS) -> list[tuple[Path, Record]]:
+    """The committed runs of ``topic`` (on ``machine`` only, if given) whose figures the pages
+    show, each as its path and record, in file order. As on the pages: where some runs of a GPU
+    kind (and GPU count) were made by the code as it is now, only those count; a kind with none
+    keeps the runs of the newest code version it measured (:func:`counted_runs`)."""
     from examples.lab.provenance import source_sha256
     from examples.lab.registry import EXAMPLES_ROOT
 
@@ -471,8 +470,15 @@ def book_figures(topic: str, metric: str, machine: str | None = None, *, root: P
     counted = {path for of_kind in kinds.values()
                for path, _ in counted_runs(of_kind, version=lambda run: run[1].source_sha256,
                                            is_current=lambda run: run[1].source_sha256 == current)}
+    return [(path, record) for path, record in runs if path in counted]
+
+
+def book_figures(topic: str, metric: str, machine: str | None = None, *, root: Path = BOOK_RECORDS,
+                 **case) -> list[RunFigure]:
+    """``metric``'s median in every counted run of ``topic`` (:func:`book_records`), from the
+    rows whose case has every ``key=value`` of ``case``; in file order."""
     return [RunFigure(path.parts[-3], record.machine.gpu_count, path.stem, row.metrics[metric].median)
-            for path, record in runs if path in counted
+            for path, record in book_records(topic, machine, root=root)
             for row in record.results
             if metric in row.metrics and all(row.case.get(k) == v for k, v in case.items())]
 
