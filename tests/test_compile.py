@@ -116,3 +116,17 @@ def test_triton_kernels_record_compares_kernels_in_rounds(cli, tmp_path):
             assert m["fraction_of_library"].method.startswith("paired ratio torch / triton")
         else:
             assert "fraction_of_library" not in m
+
+
+def test_fusion_blockers_reads_each_kind_of_launch_in_order():
+    from examples.compile.fusion_blockers import read_launches
+
+    first = "def triton_poi_fused_add_0(in_ptr0): pass\ndef call(args):\n    triton_poi_fused_add_0.run(buf0)\n" \
+            "    buf1 = torch.ops.book.opaque_tanh.default(buf0)\n    extern_kernels.mm(buf1, w, out=buf2)\n"
+    second = "def call(args):\n    cpp_fused_gelu_0(buf0, buf1)\n"
+    found = read_launches([first, second])
+    assert found["in order"] == ["triton_poi_fused_add_0", "torch.ops.book.opaque_tanh.default",
+                                 "extern_kernels.mm", "cpp_fused_gelu_0"]
+    assert found["generated"] == ["triton_poi_fused_add_0", "cpp_fused_gelu_0"]
+    assert found["fallback"] == ["torch.ops.book.opaque_tanh.default"]
+    assert found["library"] == ["extern_kernels.mm"]

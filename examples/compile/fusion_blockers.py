@@ -1,0 +1,160 @@
+"""What stops Inductor from fusing a chain it would otherwise fuse, read from its own output.
+
+One computation, ``gelu(tanh(2x + 1))``, compiled three ways that differ only in what
+Inductor is allowed to see, and a row-wise pattern turned by 90 degrees:
+
+* ``one graph``: the control. Four pointwise ops, one kernel.
+* ``a graph break``: the same ops with ``torch._dynamo.graph_break()`` between ``tanh``
+  and ``gelu``, as a ``print``, an ``.item()`` or an unsupported call puts one. Dynamo
+  hands Inductor two graphs, and Inductor fuses only within a graph.
+* ``an opaque op``: ``tanh`` wrapped in a custom operator (``torch.library.custom_op``),
+  as a hand-written CUDA kernel would be. Inductor calls it as it is and cannot fuse
+  into it or out of it.
+* ``mean over rows`` against ``mean over columns``: ``x - x.mean(dim)``, the mean of each
+  row against the mean of each column, each then used by every element it averaged.
+
+Each compiled function is read back as ``compile.fusion_limits`` reads them (its
+``launches``, over the code ``run_and_get_code`` returns), with one more kind of launch:
+a call to an operator Inductor has no code for (``torch.ops.book.opaque_tanh.default(...)``
+in the generated ``call``). On a GPU the profiler counts the operations one call runs, and
+the kernels' own time (``timer="kernel"``) compares each compiled function with eager in
+interleaved rounds: the claim is about the GPU's work, not the host's (a graph break
+also costs a second guard check and launch on the host, which this leaves out).
+
+Inputs are 8192 x 8192 float32 (256 MiB) on a GPU, 64 x 64 on the CPU's quick path.
+Cost on an H200: about 5 s, nearly all compiling (five small graphs); under a second of
+kernels; about 1.5 GiB of GPU memory (input, output, eager's intermediates).
+"""
+from __future__ import annotations
+
+import re
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from examples.lab.timing import ops_per_call
+
+
+def opaque_tanh_op():
+    """``book::opaque_tanh``, registered on first use: ``tanh`` behind a custom operator, so
+    that Inductor sees a call it cannot look into. Its fake (meta) function tells the
+    compiler the output's shape without running it."""
+    if not hasattr(torch.ops.book, "opaque_tanh"):
+        @torch.library.custom_op("book::opaque_tanh", mutates_args=())
+        def opaque_tanh(x: torch.Tensor) -> torch.Tensor:
+            return torch.tanh(x)
+
+        @opaque_tanh.register_fake
+        def _(x):
+            return torch.empty_like(x)
+    return torch.ops.book.opaque_tanh
+
+
+# --8<-- [start:patterns]
+def one_graph(x):
+    return F.gelu(torch.tanh(x * 2.0 + 1.0))
+
+
+def a_graph_break(x):
+    y = torch.tanh(x * 2.0 + 1.0)
+    torch._dynamo.graph_break()  # where a print, an .item() or an unsupported call would be
+    return F.gelu(y)
+
+
+def an_opaque_op(x):
+    return F.gelu(opaque_tanh_op()(x * 2.0 + 1.0))
+
+
+def mean_over_rows(x):
+    return x - x.mean(dim=1, keepdim=True)
+
+
+def mean_over_columns(x):
+    return x - x.mean(dim=0, keepdim=True)
+# --8<-- [end:patterns]
+
+
+#: pattern -> way -> function; the ways of one pattern compute the same thing, and the
+#: first, run eagerly, is the reference and the baseline of the pattern's rounds.
+PATTERNS = {
+    "gelu(tanh(2x + 1))": {"one graph": one_graph, "a graph break": a_graph_break,
+                           "an opaque op": an_opaque_op},
+    "x minus its rows' means": {"compiled": mean_over_rows},
+    "x minus its columns' means": {"compiled": mean_over_columns},
+}
+
+
+# --8<-- [start:read]
+def compile_and_read(fn, x):
+    """``fn`` compiled by Inductor (default options), its first call's output and seconds,
+    and the module Inductor wrote for each graph Dynamo gave it, in order."""
+    from torch._inductor.utils import run_and_get_code
+
+    compiled = torch.compile(fn)
+    start = time.perf_counter()
+    out, codes = run_and_get_code(compiled, x)
+    return compiled, out, time.perf_counter() - start, codes
+
+
+#: A launch in a generated ``call``, as ``compile.fusion_limits`` reads them (a Triton kernel,
+#: a C++ kernel, a library call), and a fourth kind: an operator Inductor runs as it is.
+LAUNCH = re.compile(r"\b(triton_\w+)\.run\(|\b(cpp_fused_\w+)\(|\bextern_kernels\.(\w+)\("
+                    r"|\b(torch\.ops\.\w+\.\w+\.\w+)\(")
+
+
+def read_launches(codes: list[str]) -> dict[str, list[str]]:
+    """What the ``call`` functions of the modules launch, graph after graph, in order."""
+    found = {"in order": [], "generated": [], "library": [], "fallback": []}
+    for code in codes:
+        for triton, cpp, library, op in LAUNCH.findall(code[code.find("def call("):]):
+            kind, name = (("generated", triton or cpp) if triton or cpp else
+                          ("library", f"extern_kernels.{library}") if library else ("fallback", op))
+            found[kind].append(name)
+            found["in order"].append(name)
+    return found
+# --8<-- [end:read]
+
+
+def measure(lab) -> None:
+    size = (8192, 8192) if lab.cuda and not lab.quick else (64, 64)
+    g = torch.Generator(device=lab.device).manual_seed(0)
+    for pattern, ways in PATTERNS.items():
+        x = torch.randn(size, generator=g, device=lab.device)
+        reference = next(iter(ways.values()))
+        expected = reference(x.double())
+        calls = {"eager": lambda f=reference: f(x)}
+        for way, fn in ways.items():
+            torch._dynamo.reset()  # a cold start for each way
+            compiled, out, seconds, codes = compile_and_read(fn, x)
+            lab.check(f"{pattern}, {way}", out, expected, tolerance=1e-5)
+            case = {"pattern": pattern, "way": way}
+            found = read_launches(codes)
+            lab.value(case=case, metric="graphs", value=len(codes), unit="")
+            lab.value(case=case, metric="generated_kernels", value=len(found["generated"]), unit="")
+            lab.value(case=case, metric="fallback_calls", value=len(found["fallback"]), unit="")
+            lab.value(case=case, metric="compile_time", value=seconds, unit="s")
+            lab.note(f"launches, {pattern}, {way}", found["in order"])
+            if lab.cuda:
+                lab.value(case=case, metric="gpu_operations", unit="",
+                          value=ops_per_call(lambda c=compiled: c(x)))
+            calls[way] = lambda c=compiled: c(x)
+        if lab.cuda:
+            lab.value(case={"pattern": pattern, "way": "eager"}, metric="gpu_operations", unit="",
+                      value=ops_per_call(calls["eager"]))
+            # Kernels against kernels: each compiled way over eager, paired by round.
+            lab.compare(calls, case={"pattern": pattern}, key="way", metric="time", baseline="eager",
+                        timer="kernel")
+        del x, expected, calls
+    torch._dynamo.reset()
+
+
+def main(argv=None) -> int:
+    from examples.lab.cli import run_example
+
+    return run_example(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
