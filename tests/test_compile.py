@@ -130,3 +130,21 @@ def test_fusion_blockers_reads_each_kind_of_launch_in_order():
     assert found["generated"] == ["triton_poi_fused_add_0", "cpp_fused_gelu_0"]
     assert found["fallback"] == ["torch.ops.book.opaque_tanh.default"]
     assert found["library"] == ["extern_kernels.mm"]
+
+
+def test_fusion_blockers_ways_give_dynamo_the_graphs_they_claim():
+    """The control and the custom-operator way are one graph each (a stray break there once
+    made every call recompile and the timed code fall back to eager); the break is a break."""
+    import torch
+
+    from examples.compile import fusion_blockers as fb
+
+    fb.register_opaque_tanh()
+    x = torch.randn(8, 8)
+    for fn in (fb.one_graph, fb.an_opaque_op):
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(fn, backend="eager", fullgraph=True)(x), fn(x))
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="graph_break|Graph break|graph break"):
+        torch.compile(fb.a_graph_break, backend="eager", fullgraph=True)(x)
+    torch._dynamo.reset()
