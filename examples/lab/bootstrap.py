@@ -200,6 +200,8 @@ def ratio_intervals(a: Sequence[float] | torch.Tensor, b: Sequence[float] | torc
 
     def moved(q: float) -> float:
         z = z0 + _NORMAL.inv_cdf(q)
+        if acc * z >= 1:  # past the pole of the correction: the far end of the resamples
+            return 0.0 if z < 0 else 1.0
         return _NORMAL.cdf(z0 + z / (1 - acc * z))
 
     return {"percentile": interval("percentile", tail, 1 - tail),
