@@ -80,13 +80,11 @@ class Interval:
         return self.low <= value <= self.high
 
 
-# --8<-- [start:median]
 def median(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Medians along ``dim``: the middle value, or the mean of the two middle values."""
     s = x.sort(dim=dim).values
     n = s.shape[dim]
     return (s.select(dim, (n - 1) // 2) + s.select(dim, n // 2)) / 2
-# --8<-- [end:median]
 
 
 def _as_tensor(x: Sequence[float] | torch.Tensor, name: str) -> torch.Tensor:
@@ -219,7 +217,6 @@ def ratio_interval(a: Sequence[float] | torch.Tensor, b: Sequence[float] | torch
                            seed=seed)[method]
 
 
-# --8<-- [start:coverage]
 def lognormal_rounds(n: int, *, ratio: float, drift: float, noise: float,
                      generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` rounds of two variants whose true medians are ``ratio`` and 1.
@@ -253,4 +250,3 @@ def coverage(*, trials: int, n: int, paired: bool, drift: float, noise: float,
         for method, ci in intervals.items():
             covered[method] += ci.covers(ratio)
     return {method: count / trials for method, count in covered.items()}
-# --8<-- [end:coverage]

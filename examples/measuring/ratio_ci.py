@@ -32,6 +32,7 @@ import time
 import torch
 
 from examples.lab import bootstrap
+from examples.lab.harness import CheckFailed
 from examples.lab.timing import measure_interleaved
 
 #: Rounds the intervals are computed from: the first n of one run.
@@ -78,6 +79,8 @@ def measure(lab) -> None:
         w = torch.randn(k, side, generator=g, device=lab.device, dtype=dtype)
         out = torch.full((side, side), float("nan"), device=lab.device, dtype=dtype)
         torch.matmul(x, w, out=out)
+        if out.isnan().any():  # poisoned before: every element must have been written
+            raise CheckFailed(f"{name}: the product left elements of its output unwritten")
         rows = torch.randperm(side, generator=g, device=lab.device)[:256]
         lab.check(f"{name}: 256 rows against float64", out[rows], x[rows].double() @ w.double(),
                   tolerance=1e-2 if dtype == torch.bfloat16 else 1e-5)
