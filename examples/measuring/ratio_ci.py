@@ -1,11 +1,12 @@
 """How sure is a speed-up? A bootstrap confidence interval for a ratio of two medians.
 
 Two bf16 GEMMs that differ only in their inner dimension K, 8192 against 8448: 3.1 %
-more multiply-adds over the same 8192 x 8192 output, so the same tiles on the same SMs
-and a K loop 3 % longer. Their times are taken by the kernels' own durations
-(``timer="kernel"``) in 300 interleaved rounds (:func:`examples.lab.timing.measure_interleaved`,
-which :meth:`Lab.compare` uses and which returns the samples themselves: ``Lab.compare``
-and ``Lab.keep_samples`` keep only a summary, median, quartiles and extremes).
+more multiply-adds over the same 8192 x 8192 output: with the same kernel for both (the
+record notes each one's kernels), the same tiles and a K loop 3 % longer. Their times
+are taken by the kernels' own durations (``timer="kernel"``) in 300 interleaved rounds
+(:func:`examples.lab.timing.measure_interleaved`, which :meth:`Lab.compare` uses and
+which returns the samples themselves: ``Lab.compare`` and ``Lab.keep_samples`` keep only
+a summary, median, quartiles and extremes).
 
 From the first n = 10, 30, 100 and 300 rounds (what one would have had after stopping
 there; one run, so the n share their first rounds and no n costs another warm-up or
@@ -33,6 +34,7 @@ import torch
 
 from examples.lab import bootstrap
 from examples.lab.harness import CheckFailed
+from examples.lab.kernels import kernel_names
 from examples.lab.timing import measure_interleaved
 
 #: Rounds the intervals are computed from: the first n of one run.
@@ -86,6 +88,9 @@ def measure(lab) -> None:
                   tolerance=1e-2 if dtype == torch.bfloat16 else 1e-5)
         products[name] = (x, w, out)
         calls[name] = lambda x=x, w=w, out=out: torch.matmul(x, w, out=out)
+    if lab.cuda:  # the same kernel for both, or not: the ratio is 1.03 only if it is
+        for name, call in calls.items():
+            lab.note(f"kernels, {name}", kernel_names(call))
     timer = "kernel" if lab.cuda else "host_sync"
     method = f"{timer}, interleaved rounds"
     began = time.monotonic()
