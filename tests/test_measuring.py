@@ -217,13 +217,15 @@ def test_ncu_sections_keeps_a_row_per_kernel_and_a_stall_table_of_reasons_by_ker
 
 
 def test_ncu_sections_asks_for_its_sections_as_raw_metrics_at_base_clock():
-    from examples.measuring.ncu_sections import METRICS, SECTIONS, ncu_command, refusal
+    from examples.measuring.ncu_sections import METRICS, SECTIONS, STALLS_ASKED, ncu_command, refusal
 
     cmd = ncu_command("ncu", "out.csv", ["python3", "-c", "pass"])
     joined = " ".join(cmd)
     assert "--clock-control base" in joined and "--cache-control all" in joined
     assert "--page raw --csv" in joined and "--profile-from-start off" in joined
     assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--section"] == list(SECTIONS)
-    assert cmd[cmd.index("--metrics") + 1].split(",") == list(METRICS)
+    asked = cmd[cmd.index("--metrics") + 1].split(",")
+    assert asked[:len(METRICS)] == list(METRICS) and len(asked) == len(METRICS) + len(STALLS_ASKED)
+    assert "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio" in asked
     assert "ERR_NVGPUCTRPERM" in refusal("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission")
     assert refusal("==PROF== Disconnected") is None

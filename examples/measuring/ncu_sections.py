@@ -59,15 +59,18 @@ STRIDES = {"coalesced read": 1, "stride-8 read": 8}
 SHARE = {"coalesced read": "share_coalesced", "stride-8 read": "share_strided", "GEMM": "share_gemm"}
 
 # --8<-- [start:command]
-SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "MemoryWorkloadAnalysis_Chart",
-            "MemoryWorkloadAnalysis_Tables", "WarpStateStats")
-#: Raw metrics asked for by name too, so that they are there whatever a section
-#: of this ncu version holds: ncu metric -> (the record's metric, unit).
+SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis",
+            "MemoryWorkloadAnalysis_Chart", "MemoryWorkloadAnalysis_Tables",
+            "WarpStateStats")
+#: Raw metrics asked for by name too, so that they are there whatever a
+#: section of this ncu version holds: ncu metric -> (record's metric, unit).
 METRICS = {
     "gpu__time_duration.sum": ("duration", "us"),
     "sm__cycles_elapsed.avg.per_second": ("sm_clock", "MHz"),
-    "dram__throughput.avg.pct_of_peak_sustained_elapsed": ("dram_throughput", "%"),
-    "sm__throughput.avg.pct_of_peak_sustained_elapsed": ("compute_throughput", "%"),
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed":
+        ("dram_throughput", "%"),
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed":
+        ("compute_throughput", "%"),
     "dram__bytes_read.sum": ("dram_read", "MB"),
     "dram__bytes_write.sum": ("dram_write", "MB"),
     "l1tex__t_sector_hit_rate.pct": ("l1_hit_rate", "%"),
@@ -75,43 +78,57 @@ METRICS = {
     "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": ("load_sectors", ""),
     "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum": ("load_requests", ""),
 }
+#: The stall reasons asked for by name (WarpStateStats' metrics; REASONS).
+STALLS_ASKED = (
+    "long_scoreboard", "short_scoreboard", "barrier", "membar", "wait",
+    "math_pipe_throttle", "mio_throttle", "lg_throttle", "tex_throttle",
+    "not_selected", "selected", "no_instruction", "branch_resolving",
+    "dispatch_stall", "drain", "sleeping")
+
+
+def stall_metric(reason: str) -> str:
+    return f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
 
 
 def ncu_command(ncu: str, csv_path: str, child: list[str]) -> list[str]:
-    sections = [arg for name in SECTIONS for arg in ("--section", name)]
-    return [ncu, "--profile-from-start", "off",  # only between profiler start/stop
+    sections = [a for name in SECTIONS for a in ("--section", name)]
+    metrics = [*METRICS, *map(stall_metric, STALLS_ASKED)]
+    return [ncu,
+            "--profile-from-start", "off",  # only between start and stop
             "--cache-control", "all",  # flush the caches before each replay
-            "--clock-control", "base",  # lock the SM clock at base (ncu's default)
-            *sections, "--metrics", ",".join(METRICS),
-            "--page", "raw", "--csv", "--print-units", "base",  # every metric, one row a kernel
+            "--clock-control", "base",  # SM clock locked at base (default)
+            *sections, "--metrics", ",".join(metrics),
+            "--page", "raw", "--csv",  # every metric by name, a row a kernel
+            "--print-units", "base",
             "--log-file", csv_path, *child]
 # --8<-- [end:command]
 
 
 # --8<-- [start:stalls]
-#: A warp's state between two issued instructions, as WarpStateStats reports it:
-#: ``smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio`` is the
-#: cycles a warp spent in <reason> per instruction issued; the reasons add up
-#: to the cycles between two issues, "selected" (issuing) among them. Names
-#: and meanings: the Kernel Profiling Guide's "Warp Stall Reasons".
+#: A warp's state between two instructions it issues, as WarpStateStats
+#: reports it: ``..._issue_stalled_<reason>_per_issue_active.ratio`` is the
+#: cycles a warp spent in <reason> per instruction issued. The reasons add
+#: up to the cycles between two issues, "selected" (issuing) among them.
+#: Names and meanings: the Kernel Profiling Guide's warp stall reasons.
 STALL_PATTERNS = (
-    re.compile(r"smsp__average_warps_issue_stalled_([a-z_]+?)_per_issue_active\.ratio"),
+    re.compile(r"smsp__average_warps_issue_stalled_"
+               r"([a-z_]+?)_per_issue_active\.ratio"),
     # the same cycles under another name, should a version report only that
     re.compile(r"smsp__average_warp_latency_issue_stalled_([a-z_]+?)\.ratio"),
 )
 REASONS = {
-    "long_scoreboard": "long scoreboard",  # waits on an L1TEX result: global, local memory
-    "short_scoreboard": "short scoreboard",  # on an MIO result: shared memory, special math
+    "long_scoreboard": "long scoreboard",  # on an L1TEX result: global memory
+    "short_scoreboard": "short scoreboard",  # on an MIO result: shared memory
     "barrier": "barrier",  # at a barrier, for the other warps of its block
     "membar": "memory barrier",  # on a memory fence
     "wait": "wait",  # a fixed-latency dependency the compiler scheduled
     "math_pipe_throttle": "math pipe throttle",  # its math pipe is busy
-    "mio_throttle": "MIO throttle",  # the MIO queue (shared memory, special math) is full
+    "mio_throttle": "MIO throttle",  # the MIO instruction queue is full
     "lg_throttle": "LG throttle",  # the local/global memory queue is full
     "tex_throttle": "TEX throttle",
     "not_selected": "not selected",  # eligible, but another warp issued
     "selected": "selected (issuing)",  # not a stall: the cycle it issues
-    "no_instruction": "no instruction",  # instruction cache miss, or after a branch
+    "no_instruction": "no instruction",  # instruction cache miss, branch
     "branch_resolving": "branch resolving",
     "dispatch_stall": "dispatch stall",
     "drain": "drain",  # its stores draining at exit
@@ -119,10 +136,11 @@ REASONS = {
     "sleeping": "sleeping",
     "misc": "misc",
 }
-#: Rows of the stall table in every run; another reason gets its own row where
-#: it holds at least MINOR of some kernel's cycles, else it joins "other".
-ALWAYS = ("long_scoreboard", "short_scoreboard", "barrier", "wait", "math_pipe_throttle",
-          "mio_throttle", "lg_throttle", "not_selected", "selected")
+#: Rows of the stall table in every run; another reason gets its own row
+#: where it holds MINOR % of some kernel's cycles, else joins "other".
+ALWAYS = ("long_scoreboard", "short_scoreboard", "barrier", "wait",
+          "math_pipe_throttle", "mio_throttle", "lg_throttle",
+          "not_selected", "selected")
 MINOR = 2.0  # % of a warp's cycles
 # --8<-- [end:stalls]
 
@@ -170,32 +188,36 @@ def profiled_kernels() -> None:
 
 
 # --8<-- [start:parse]
-#: ncu's base units -> (the record's unit, factor): times to us, bytes to MB, rates to MHz.
-UNITS = {"nsecond": ("us", 1e-3), "ns": ("us", 1e-3), "usecond": ("us", 1.0), "us": ("us", 1.0),
-         "msecond": ("us", 1e3), "second": ("us", 1e6),
-         "byte": ("MB", 1e-6), "Kbyte": ("MB", 1e-3), "Mbyte": ("MB", 1.0), "Gbyte": ("MB", 1e3),
-         "cycle/second": ("MHz", 1e-6), "Hz": ("MHz", 1e-6), "cycle/usecond": ("MHz", 1.0),
-         "cycle/nsecond": ("MHz", 1e3), "MHz": ("MHz", 1.0), "GHz": ("MHz", 1e3), "%": ("%", 1.0)}
-
-
-#: The base unit of each metric asked for by name whose unit ncu would convert.
-BASE_UNITS = {"gpu__time_duration.sum": "nsecond", "sm__cycles_elapsed.avg.per_second": "cycle/second",
+#: ncu's units -> (the record's unit, factor): times to us, bytes to MB,
+#: clock rates to MHz.
+UNITS = {
+    "nsecond": ("us", 1e-3), "usecond": ("us", 1.0), "msecond": ("us", 1e3),
+    "ns": ("us", 1e-3), "us": ("us", 1.0), "ms": ("us", 1e3),
+    "byte": ("MB", 1e-6), "Kbyte": ("MB", 1e-3), "Mbyte": ("MB", 1.0),
+    "Gbyte": ("MB", 1e3), "cycle/second": ("MHz", 1e-6), "Hz": ("MHz", 1e-6),
+    "cycle/usecond": ("MHz", 1.0), "MHz": ("MHz", 1.0),
+    "cycle/nsecond": ("MHz", 1e3), "GHz": ("MHz", 1e3), "%": ("%", 1.0)}
+#: Where a page has no row of units: the base units of those asked for.
+BASE_UNITS = {"gpu__time_duration.sum": "nsecond",
+              "sm__cycles_elapsed.avg.per_second": "cycle/second",
               "dram__bytes_read.sum": "byte", "dram__bytes_write.sum": "byte"}
 
 
 def parse_raw(text: str) -> list[dict[str, float | str]]:
-    """``ncu --page raw --csv`` -> one dict per kernel in launch order: its name and
-    every numeric metric, converted by UNITS where its unit is one of them.
+    """``ncu --page raw --csv`` -> a dict per kernel, in launch order: its
+    name and every numeric metric, converted by UNITS where it can be.
 
-    The page is a header row (ID, ..., Kernel Name, then one column per metric),
-    a row of units (empty ID) and a row per kernel; ncu's own lines (``==PROF==``)
-    are not quoted and are dropped.
+    The page is a header (ID, ..., Kernel Name, then a column per metric),
+    a row of units (no ID) and a row per kernel; ncu's own lines
+    (``==PROF==``) are not quoted and are dropped.
     """
-    rows = list(csv.reader(line for line in text.splitlines() if line.startswith('"')))
+    lines = (line for line in text.splitlines() if line.startswith('"'))
+    rows = list(csv.reader(lines))
     header = next((r for r in rows if "ID" in r and "Kernel Name" in r), None)
     if header is None:
-        raise RuntimeError("ncu's output holds no table of raw metrics (no ID and Kernel Name columns)")
-    at = header.index("ID")
+        raise RuntimeError("ncu's output holds no table of raw metrics "
+                           "(no ID and Kernel Name columns)")
+    at, name_at = header.index("ID"), header.index("Kernel Name")
     units: list[str] = [""] * len(header)
     kernels = []
     for row in rows[rows.index(header) + 1:]:
@@ -204,24 +226,24 @@ def parse_raw(text: str) -> list[dict[str, float | str]]:
         if not row[at].strip():
             units = row
             continue
-        kernel: dict[str, float | str] = {"id": int(row[at]), "name": row[header.index("Kernel Name")]}
-        for column, unit, text_value in zip(header, units, row):
+        kernel: dict[str, float | str] = {"id": int(row[at]),
+                                          "name": row[name_at]}
+        for column, unit, cell in zip(header, units, row):
             try:
-                value = float(text_value.replace(",", ""))
+                value = float(cell.replace(",", ""))
             except ValueError:
                 continue  # n/a, a launch's grid "(256, 1, 1)", a name
-            unit = unit.strip() or BASE_UNITS.get(column, "")  # no row of units: ncu's base units
-            _, factor = UNITS.get(unit, (None, 1.0))
-            kernel[column] = value * factor
+            unit = unit.strip() or BASE_UNITS.get(column, "")
+            kernel[column] = value * UNITS.get(unit, (None, 1.0))[1]
         kernels.append(kernel)
     return sorted(kernels, key=lambda k: k["id"])
 
 
 def stall_cycles(kernel: dict) -> dict[str, float]:
-    """Cycles per issued instruction by reason (REASONS' keys; one this table does
-    not know keeps ncu's name), from the first pattern of STALL_PATTERNS that the
-    kernel's metrics match. A sub-reason (``long_scoreboard_pipe_l1tex``) is
-    already counted in its reason and is left out."""
+    """Cycles per issued instruction by reason (REASONS' keys; one it does
+    not know keeps ncu's name), from the first of STALL_PATTERNS that the
+    kernel's metrics match. A sub-reason (``long_scoreboard_pipe_l1tex``)
+    is inside its reason already: left out."""
     for pattern in STALL_PATTERNS:
         found = {}
         for column, value in kernel.items():
@@ -229,7 +251,8 @@ def stall_cycles(kernel: dict) -> dict[str, float]:
             if not m or m.group(1).endswith("not_issued"):
                 continue
             reason = m.group(1)
-            if reason not in REASONS and any(reason.startswith(r + "_") for r in REASONS):
+            if reason not in REASONS and any(
+                    reason.startswith(r + "_") for r in REASONS):
                 continue
             found[reason] = float(value)
         if found:
@@ -238,9 +261,11 @@ def stall_cycles(kernel: dict) -> dict[str, float]:
 
 
 def stall_shares(cycles: dict[str, float]) -> dict[str, float]:
-    """Each reason's share (%) of a warp's cycles between two issued instructions."""
+    """Each reason's share (%) of a warp's cycles between two issues."""
     total = sum(cycles.values())
-    return {reason: 100.0 * c / total for reason, c in cycles.items()} if total > 0 else {}
+    if total <= 0:
+        return {}
+    return {reason: 100.0 * c / total for reason, c in cycles.items()}
 # --8<-- [end:parse]
 
 
@@ -294,6 +319,7 @@ def time_each(lab, calls: dict) -> dict:
 
 def measure(lab) -> None:
     quick = lab.quick or not lab.cuda
+    ncu = find_ncu() if lab.cuda else None  # before any work: without ncu, one line
     inputs = make_inputs(quick, lab.device)
     calls = calls_of(inputs)
     if not lab.cuda:
@@ -302,7 +328,6 @@ def measure(lab) -> None:
         print("[ncu_sections] no CUDA GPU: the Nsight Compute capture is skipped", file=sys.stderr)
         lab.note("ncu", "not run: no CUDA GPU")
         return
-    ncu = find_ncu()
     version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip()
     book: dict = {}
     clock = "base"
