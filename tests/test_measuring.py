@@ -145,3 +145,87 @@ def test_timers_keep_ratios_per_round_and_tritons_default_return_the_mean():
     assert rows[DO_BENCH]["returned"].median == pytest.approx(4.5)  # the means, 4 and 5 us
     assert sorted([rows[DO_BENCH]["returned_vs_kernel"].min, rows[DO_BENCH]["returned_vs_kernel"].max]) == \
         pytest.approx([2.5, 4.0])  # 4/1 and 5/2: the mean over the kernel's median, per round
+
+
+# A made-up ``ncu --page raw --csv --print-units base`` log in the shape ncu writes it: its own
+# lines, a header, a row of units, a row per kernel; a sub-reason, "n/a" and a grid that are not
+# numbers. Synthetic: the numbers test the parsing, they are no measurement.
+_STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+_RAW_COLUMNS = ["ID", "Process ID", "Kernel Name", "Grid Size", "gpu__time_duration.sum",
+                "sm__cycles_elapsed.avg.per_second", "dram__bytes_read.sum",
+                "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+                "lts__t_sector_hit_rate.pct", _STALL.format("long_scoreboard"), _STALL.format("barrier"),
+                _STALL.format("selected"), _STALL.format("math_pipe_throttle"), _STALL.format("wait"),
+                _STALL.format("long_scoreboard_pipe_l1tex")]
+_RAW_ROWS = [
+    ["", "", "", "", "nsecond", "cycle/second", "byte", "sector", "request", "%", "", "", "", "", "", ""],
+    ["2", "7", "nvjet_sm90_tss_128x256", "(132, 1, 1)", "1,800,000", "1,590,000,000", "450,000,000",
+     "0", "0", "93.5", "0.5", "1", "1", "6", "1.5", "0.5"],
+    ["0", "7", "strided_sum", "(32768, 1, 1)", "80,000", "1,590,000,000", "268,500,000",
+     "8,388,608", "524,288", "n/a", "40", "3", "1", "0", "6", "40"],
+    ["1", "7", "strided_sum", "(4096, 1, 1)", "82,000", "1,590,000,000", "268,600,000",
+     "8,388,608", "262,144", "1.0", "30", "2", "1", "0", "7", "30"],
+]
+RAW_CSV = "\n".join(["==PROF== Connected to process 7", *(
+    ",".join(f'"{v}"' for v in row) for row in [_RAW_COLUMNS, *_RAW_ROWS]), "==PROF== Disconnected"])
+
+
+def test_ncu_raw_page_parses_into_kernels_in_launch_order_with_units_converted():
+    from examples.measuring.ncu_sections import by_kernel, parse_raw, stall_cycles, stall_shares
+
+    kernels = parse_raw(RAW_CSV)
+    assert [k["name"] for k in kernels] == ["strided_sum", "strided_sum", "nvjet_sm90_tss_128x256"]
+    first = kernels[0]
+    assert first["gpu__time_duration.sum"] == pytest.approx(80.0)  # ns -> us
+    assert first["dram__bytes_read.sum"] == pytest.approx(268.5)  # bytes -> MB
+    assert first["sm__cycles_elapsed.avg.per_second"] == pytest.approx(1590.0)  # Hz -> MHz
+    assert "lts__t_sector_hit_rate.pct" not in first and "Grid Size" not in first  # n/a, a grid
+    cycles = stall_cycles(first)  # the sub-reason is inside its reason: left out
+    assert cycles == {"long_scoreboard": 40.0, "barrier": 3.0, "selected": 1.0, "math_pipe_throttle": 0.0,
+                      "wait": 6.0}
+    assert stall_shares(cycles)["long_scoreboard"] == pytest.approx(80.0)
+    rows = by_kernel(kernels)
+    assert rows["stride-8 read"]["l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"] == 262144
+    assert rows["GEMM"]["name"].startswith("nvjet")
+    with pytest.raises(RuntimeError, match="not two reads and a GEMM"):
+        by_kernel(kernels[:2])
+    with pytest.raises(RuntimeError, match="no table of raw metrics"):
+        parse_raw("==PROF== nothing profiled")
+
+
+def test_ncu_sections_keeps_a_row_per_kernel_and_a_stall_table_of_reasons_by_kernel():
+    from examples.lab.harness import Lab
+    from examples.lab.stats import summarize
+    from examples.measuring.ncu_sections import by_kernel, keep, parse_raw
+
+    lab = Lab(torch.device("cpu"), quick=True)
+    book = {name: summarize([t], unit="us", method="kernel")
+            for name, t in (("coalesced read", 64.0), ("stride-8 read", 66.0), ("GEMM", 1500.0))}
+    keep(lab, by_kernel(parse_raw(RAW_CSV)), book)
+    rows = {tuple(sorted(r.case.items())): r.metrics for r in lab.rows()}
+    coalesced = rows[(("kernel", "coalesced read"),)]
+    assert coalesced["sectors_per_request"].median == pytest.approx(16.0)
+    assert rows[(("kernel", "stride-8 read"),)]["sectors_per_request"].median == pytest.approx(32.0)
+    assert "sectors_per_request" not in rows[(("kernel", "GEMM"),)]  # no load requests: no ratio
+    assert coalesced["ncu_over_book"].median == pytest.approx(80.0 / 64.0)
+    assert coalesced["cycles_per_issue"].median == pytest.approx(50.0)
+    stalls = {dict(case)["stall"]: m for case, m in rows.items() if "stall" in dict(case)}
+    assert stalls["long scoreboard"]["share_coalesced"].median == pytest.approx(80.0)
+    assert stalls["math pipe throttle"]["share_gemm"].median == pytest.approx(60.0)
+    assert "other reasons" not in stalls  # every reported reason has its row here
+    assert lab.notes["top stalls, GEMM"].startswith("math pipe throttle 60 %")
+
+
+def test_ncu_sections_asks_for_its_sections_as_raw_metrics_at_base_clock():
+    from examples.measuring.ncu_sections import METRICS, SECTIONS, STALLS_ASKED, ncu_command, refusal
+
+    cmd = ncu_command("ncu", "out.csv", ["python3", "-c", "pass"])
+    joined = " ".join(cmd)
+    assert "--clock-control base" in joined and "--cache-control all" in joined
+    assert "--page raw --csv" in joined and "--profile-from-start off" in joined
+    assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--section"] == list(SECTIONS)
+    asked = cmd[cmd.index("--metrics") + 1].split(",")
+    assert asked[:len(METRICS)] == list(METRICS) and len(asked) == len(METRICS) + len(STALLS_ASKED)
+    assert "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio" in asked
+    assert "ERR_NVGPUCTRPERM" in refusal("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission")
+    assert refusal("==PROF== Disconnected") is None

@@ -276,6 +276,14 @@ TOPIC_METRICS: dict[str, dict[str, str]] = {
                                  "peak_memory": "memory one call allocates"},
     "measuring.cpu_bound_trap": {"time": "time measured", "vs_kernel": "over kernel time"},
     "measuring.ncu_capture": {"duration": "kernel duration", "kernels": "kernels profiled"},
+    "measuring.ncu_sections": {"duration": "duration under ncu", "book_time": "the book's kernel time",
+                               "ncu_over_book": "ncu's over the book's", "sm_clock": "SM clock under ncu",
+                               "compute_throughput": "compute (SM) throughput", "dram_write": "DRAM written",
+                               "l1_hit_rate": "L1 hit rate", "l2_hit_rate": "L2 hit rate",
+                               "sectors_per_request": "sectors per load request",
+                               "cycles_per_issue": "warp cycles per issued instruction",
+                               "share_coalesced": "coalesced read", "share_strided": "stride-8 read",
+                               "share_gemm": "GEMM"},
     "measuring.timers": {"time": "time per call", "vs_kernel": "median over kernel time",
                          "returned": "default return (mean)"},
     "measuring.warm_cache_trap": {"kernel": "kernel time", "one_call": "one call"},
@@ -340,6 +348,7 @@ TOPIC_RATIOS: dict[str, dict[str, str]] = {
 #: Case key -> words, where the key is not already the word a reader would use.
 CASE_KEYS: dict[str, str] = {
     "MiB": "working set",
+    "stall": "warp state (share of its cycles)",
     "algo": "NCCL algorithm/protocol",
     "nccl": "NCCL setting",
     "all_reduce": "all-reduce",
