@@ -22,8 +22,8 @@ interleaved rounds: the claim is about the GPU's work, not the host's (a graph b
 also costs a second guard check and launch on the host, which this leaves out).
 
 Inputs are 8192 x 8192 float32 (256 MiB) on a GPU, 64 x 64 on the CPU's quick path.
-Cost on an H200: about 5 s, nearly all compiling (five small graphs); under a second of
-kernels; about 1.5 GiB of GPU memory (input, output, eager's intermediates).
+Cost on an H200: 6 to 9 s, nearly all compiling (five small graphs); under a second of
+kernels; 1.9 GiB of GPU memory at the peak (input, output, eager's intermediates).
 """
 from __future__ import annotations
 

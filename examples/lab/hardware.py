@@ -48,7 +48,7 @@ def _ncu() -> str | None:
 
 
 #: Topic -> a check of a tool it needs: None where the tool is there, else why not, in one line.
-TOOLS: dict[str, Callable[[], str | None]] = {"measuring.ncu_capture": _ncu}
+TOOLS: dict[str, Callable[[], str | None]] = {"measuring.ncu_capture": _ncu, "measuring.ncu_sections": _ncu}
 
 
 def capability_text(capability: tuple[int, int]) -> str:
