@@ -127,6 +127,7 @@ REASONS = {
     "lg_throttle": "LG throttle",  # the local/global memory queue is full
     "tex_throttle": "TEX throttle",
     "not_selected": "not selected",  # eligible, but another warp issued
+    "gmma": "GMMA (Hopper only)",  # waiting on a warpgroup MMA (wgmma)
     "selected": "selected (issuing)",  # not a stall: the cycle it issues
     "no_instruction": "no instruction",  # instruction cache miss, branch
     "branch_resolving": "branch resolving",
@@ -203,6 +204,21 @@ BASE_UNITS = {"gpu__time_duration.sum": "nsecond",
               "dram__bytes_read.sum": "byte", "dram__bytes_write.sum": "byte"}
 
 
+def unit_factor(unit: str) -> float:
+    """The factor to the record's unit (UNITS) of one of ncu's units; a rate
+    of cycles ncu writes many ways (``cycle/second``, ``cycle/nsecond``,
+    ``Hz``, ``GHz``) goes to MHz whichever it writes. 1 where unknown."""
+    if unit in UNITS:
+        return UNITS[unit][1]
+    per = re.fullmatch(r"(?:cycle)?/(n|u|m|)s(?:ec(?:ond)?)?", unit)
+    hz = re.fullmatch(r"(K|M|G|)Hz", unit)
+    if per:
+        return {"": 1e-6, "m": 1e-3, "u": 1.0, "n": 1e3}[per.group(1)]
+    if hz:
+        return {"": 1e-6, "K": 1e-3, "M": 1.0, "G": 1e3}[hz.group(1)]
+    return 1.0
+
+
 def parse_raw(text: str) -> list[dict[str, float | str]]:
     """``ncu --page raw --csv`` -> a dict per kernel, in launch order: its
     name and every numeric metric, converted by UNITS where it can be.
@@ -234,7 +250,8 @@ def parse_raw(text: str) -> list[dict[str, float | str]]:
             except ValueError:
                 continue  # n/a, a launch's grid "(256, 1, 1)", a name
             unit = unit.strip() or BASE_UNITS.get(column, "")
-            kernel[column] = value * UNITS.get(unit, (None, 1.0))[1]
+            kernel[column] = value * unit_factor(unit)
+            kernel[f"{column} unit"] = unit  # kept for a note where it is not understood
         kernels.append(kernel)
     return sorted(kernels, key=lambda k: k["id"])
 
@@ -383,7 +400,8 @@ def keep(lab, kernels: dict[str, dict], book: dict, clock: str = "base") -> None
         case = {"kernel": name}
         for ncu_name, (metric, unit) in METRICS.items():
             if metric == "sm_clock" and not 100 <= k.get(ncu_name, 0) <= 5000:
-                lab.note(f"SM clock, {name}", f"not kept: {k.get(ncu_name)} is no clock in MHz")
+                lab.note(f"SM clock, {name}", f"not kept: {k.get(ncu_name)} is no clock in MHz "
+                                               f"(ncu's unit: {k.get(ncu_name + ' unit')!r})")
             elif ncu_name in k and metric not in ("load_sectors", "load_requests"):
                 lab.keep_samples([k[ncu_name]], case=case, metric=metric, unit=unit, method=method)
         sectors = k.get("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")
