@@ -10,8 +10,10 @@ Inductor is allowed to see, and a row-wise pattern turned by 90 degrees:
 * ``an opaque op``: ``tanh`` wrapped in a custom operator (``torch.library.custom_op``),
   as a hand-written CUDA kernel would be. Inductor calls it as it is and cannot fuse
   into it or out of it.
-* ``mean over rows`` against ``mean over columns``: ``x - x.mean(dim)``, the mean of each
-  row against the mean of each column, each then used by every element it averaged.
+* ``x minus its rows' means`` against ``x minus its columns' means``: ``x - x.mean(dim)``,
+  the mean of each row against the mean of each column, each then used by every element
+  it averaged; the columns also compiled with ``split_reductions`` off, a control for
+  whether splitting the reduction is what costs.
 
 Each compiled function is read back as ``compile.fusion_limits`` reads them (its
 ``launches``, over the code ``run_and_get_code`` returns), with one more kind of launch:
@@ -19,14 +21,17 @@ a call to an operator Inductor has no code for (``torch.ops.book.opaque_tanh.def
 in the generated ``call``). On a GPU the profiler counts the operations one call runs, and
 the kernels' own time (``timer="kernel"``) compares each compiled function with eager in
 interleaved rounds: the claim is about the GPU's work, not the host's (a graph break
-also costs a second guard check and launch on the host, which this leaves out).
+also costs a second guard check and launch on the host, which this leaves out). Each
+operation's own duration goes in the notes. Nothing is compiled after it was read: a
+recompile is an error, and so is any new graph while the ways are counted and timed.
 
 Inputs are 8192 x 8192 float32 (256 MiB) on a GPU, 64 x 64 on the CPU's quick path.
-Cost on an H200: 6 to 9 s, nearly all compiling (five small graphs); under a second of
+Cost on an H200: 6 to 9 s, nearly all compiling (seven small graphs); under a second of
 kernels; 1.9 GiB of GPU memory at the peak (input, output, eager's intermediates).
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import time
@@ -34,6 +39,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from examples.compile.fusion_limits import kernel_durations
 from examples.lab.timing import ops_per_call
 
 
@@ -83,17 +89,20 @@ PATTERNS = {
     "gelu(tanh(2x + 1))": {"one graph": one_graph, "a graph break": a_graph_break,
                            "an opaque op": an_opaque_op},
     "x minus its rows' means": {"compiled": mean_over_rows},
-    "x minus its columns' means": {"compiled": mean_over_columns},
+    "x minus its columns' means": {"compiled": mean_over_columns,
+                                   "compiled, reduction not split": mean_over_columns},
 }
+#: Inductor options of a way (the others compile with its defaults).
+OPTIONS = {"compiled, reduction not split": {"split_reductions": False}}
 
 
 # --8<-- [start:read]
-def compile_and_read(fn, x):
-    """``fn`` compiled by Inductor (default options), its first call's output and seconds,
-    and the module Inductor wrote for each graph Dynamo gave it, in order."""
+def compile_and_read(fn, x, options=None):
+    """``fn`` compiled by Inductor (its defaults, or ``options``), its first call's output
+    and seconds, and the module Inductor wrote for each graph Dynamo gave it, in order."""
     from torch._inductor.utils import run_and_get_code
 
-    compiled = torch.compile(fn)
+    compiled = torch.compile(fn, options=options)
     start = time.perf_counter()
     out, codes = run_and_get_code(compiled, x)
     return compiled, out, time.perf_counter() - start, codes
@@ -118,26 +127,32 @@ def read_launches(codes: list[str]) -> dict[str, list[str]]:
 # --8<-- [end:read]
 
 
-def no_recompiles():
-    """Past the first call, a recompile is an error, not a silent fall back to eager after
-    ``recompile_limit`` tries: what is timed is the code that was read."""
-    return torch._dynamo.config.patch(error_on_recompile=True)
+@contextlib.contextmanager
+def compiled_once():
+    """Inside, a recompile is an error, not a silent fall back to eager after
+    ``recompile_limit`` tries, and so is a first compile (a graph Dynamo had not made
+    before, as after a ``reset``): what is counted and timed is the code that was read."""
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        yield
+    if torch._dynamo.utils.counters["stats"]["unique_graphs"] != graphs:
+        raise RuntimeError("a compiled way made a new graph after it was read")
 
 
 def measure(lab) -> None:
     size = (8192, 8192) if lab.cuda and not lab.quick else (64, 64)
     g = torch.Generator(device=lab.device).manual_seed(0)
     register_opaque_tanh()
+    torch._dynamo.reset()  # each way is a function of its own: its cache starts empty
     for pattern, ways in PATTERNS.items():
         x = torch.randn(size, generator=g, device=lab.device)
         reference = next(iter(ways.values()))
         expected = reference(x.double())
         calls = {"eager": lambda f=reference: f(x)}
         for way, fn in ways.items():
-            torch._dynamo.reset()  # a cold start for each way
-            compiled, out, seconds, codes = compile_and_read(fn, x)
+            compiled, out, seconds, codes = compile_and_read(fn, x, OPTIONS.get(way))
             lab.check(f"{pattern}, {way}", out, expected, tolerance=1e-5)
-            with no_recompiles():
+            with compiled_once():
                 compiled(x)  # a second call runs the code that was read, on any device
             case = {"pattern": pattern, "way": way}
             found = read_launches(codes)
@@ -146,16 +161,14 @@ def measure(lab) -> None:
             lab.value(case=case, metric="fallback_calls", value=len(found["fallback"]), unit="")
             lab.value(case=case, metric="compile_time", value=seconds, unit="s")
             lab.note(f"launches, {pattern}, {way}", found["in order"])
-            if lab.cuda:
-                with no_recompiles():
-                    lab.value(case=case, metric="gpu_operations", unit="",
-                              value=ops_per_call(lambda c=compiled: c(x)))
             calls[way] = lambda c=compiled: c(x)
         if lab.cuda:
-            lab.value(case={"pattern": pattern, "way": "eager"}, metric="gpu_operations", unit="",
-                      value=ops_per_call(calls["eager"]))
-            # Kernels against kernels: each compiled way over eager, paired by round.
-            with no_recompiles():
+            with compiled_once():
+                for way, call in calls.items():
+                    lab.value(case={"pattern": pattern, "way": way}, metric="gpu_operations", unit="",
+                              value=ops_per_call(call))
+                    lab.note(f"kernel durations, {pattern}, {way}", kernel_durations(call))
+                # Kernels against kernels: each compiled way over eager, paired by round.
                 lab.compare(calls, case={"pattern": pattern}, key="way", metric="time",
                             baseline="eager", timer="kernel")
         del x, expected, calls
