@@ -22,8 +22,9 @@ in the generated ``call``). On a GPU the profiler counts the operations one call
 the kernels' own time (``timer="kernel"``) compares each compiled function with eager in
 interleaved rounds: the claim is about the GPU's work, not the host's (a graph break
 also costs a second guard check and launch on the host, which this leaves out). Each
-operation's own duration goes in the notes. Nothing is compiled after it was read: a
-recompile is an error, and so is any new graph while the ways are counted and timed.
+operation's own duration goes in the notes. Nothing is compiled again after it was read
+(a recompile is an error), and after timing each way must still run exactly the
+operations its code launches.
 
 Inputs are 8192 x 8192 float32 (256 MiB) on a GPU, 64 x 64 on the CPU's quick path.
 Cost on an H200: 6 to 9 s, nearly all compiling (seven small graphs); under a second of
@@ -128,15 +129,19 @@ def read_launches(codes: list[str]) -> dict[str, list[str]]:
 
 
 @contextlib.contextmanager
-def compiled_once():
+def compiled_once(lab, where: str):
     """Inside, a recompile is an error, not a silent fall back to eager after
-    ``recompile_limit`` tries, and so is a first compile (a graph Dynamo had not made
-    before, as after a ``reset``): what is counted and timed is the code that was read."""
-    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    ``recompile_limit`` tries. Any graph Dynamo makes inside (none is expected) is noted."""
+    def counts():
+        found = torch._dynamo.utils.counters
+        return {f"{group} {k}": v for group in ("stats", "frames") for k, v in found[group].items()}
+
+    before = counts()
     with torch._dynamo.config.patch(error_on_recompile=True):
         yield
-    if torch._dynamo.utils.counters["stats"]["unique_graphs"] != graphs:
-        raise RuntimeError("a compiled way made a new graph after it was read")
+    made = {k: v - before.get(k, 0) for k, v in counts().items() if v != before.get(k, 0)}
+    if made:
+        lab.note(f"Dynamo while {where}", made)
 
 
 def measure(lab) -> None:
@@ -149,10 +154,11 @@ def measure(lab) -> None:
         reference = next(iter(ways.values()))
         expected = reference(x.double())
         calls = {"eager": lambda f=reference: f(x)}
+        launched = {}
         for way, fn in ways.items():
             compiled, out, seconds, codes = compile_and_read(fn, x, OPTIONS.get(way))
             lab.check(f"{pattern}, {way}", out, expected, tolerance=1e-5)
-            with compiled_once():
+            with compiled_once(lab, f"calling {pattern}, {way} again"):
                 compiled(x)  # a second call runs the code that was read, on any device
             case = {"pattern": pattern, "way": way}
             found = read_launches(codes)
@@ -162,8 +168,9 @@ def measure(lab) -> None:
             lab.value(case=case, metric="compile_time", value=seconds, unit="s")
             lab.note(f"launches, {pattern}, {way}", found["in order"])
             calls[way] = lambda c=compiled: c(x)
+            launched[way] = len(found["in order"])
         if lab.cuda:
-            with compiled_once():
+            with compiled_once(lab, f"counting and timing {pattern}"):
                 for way, call in calls.items():
                     lab.value(case={"pattern": pattern, "way": way}, metric="gpu_operations", unit="",
                               value=ops_per_call(call))
@@ -171,6 +178,11 @@ def measure(lab) -> None:
                 # Kernels against kernels: each compiled way over eager, paired by round.
                 lab.compare(calls, case={"pattern": pattern}, key="way", metric="time",
                             baseline="eager", timer="kernel")
+                for way, count in launched.items():  # what was timed is what was read
+                    ran = ops_per_call(calls[way])
+                    if ran != count:
+                        raise RuntimeError(f"{pattern}, {way}: {ran} GPU operations a call after "
+                                           f"timing, where Inductor's code launches {count}")
         del x, expected, calls
     torch._dynamo.reset()
 
