@@ -229,3 +229,13 @@ def test_ncu_sections_asks_for_its_sections_as_raw_metrics_at_base_clock():
     assert "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio" in asked
     assert "ERR_NVGPUCTRPERM" in refusal("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission")
     assert refusal("==PROF== Disconnected") is None
+
+
+def test_ncu_clock_rates_reach_mhz_however_ncu_writes_the_unit():
+    """ncu 2025.3 writes the SM clock's unit as "hz"; the first H200 runs refused it."""
+    from examples.measuring.ncu_sections import unit_factor
+
+    for unit, mhz_per_unit in {"hz": 1e-6, "Hz": 1e-6, "cycle/second": 1e-6, "cycle/nsecond": 1e3,
+                               "MHz": 1.0, "GHz": 1e3, "khz": 1e-3}.items():
+        assert unit_factor(unit) == pytest.approx(mhz_per_unit), unit
+    assert unit_factor("warp") == 1.0  # unknown: left as it is, and the note says so

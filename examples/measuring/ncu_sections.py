@@ -211,11 +211,11 @@ def unit_factor(unit: str) -> float:
     if unit in UNITS:
         return UNITS[unit][1]
     per = re.fullmatch(r"(?:cycle)?/(n|u|m|)s(?:ec(?:ond)?)?", unit)
-    hz = re.fullmatch(r"(K|M|G|)Hz", unit)
+    hz = re.fullmatch(r"([kmg]?)hz", unit.lower())  # ncu 2025.3 writes "hz"
     if per:
         return {"": 1e-6, "m": 1e-3, "u": 1.0, "n": 1e3}[per.group(1)]
     if hz:
-        return {"": 1e-6, "K": 1e-3, "M": 1.0, "G": 1e3}[hz.group(1)]
+        return {"": 1e-6, "k": 1e-3, "m": 1.0, "g": 1e3}[hz.group(1)]
     return 1.0
 
 
