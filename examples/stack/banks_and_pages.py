@@ -2,9 +2,9 @@
 
 **Banks.** Shared memory has 32 banks, each 4 bytes wide; a warp's access is served in one pass
 when its 32 addresses fall in 32 different banks, and in one pass per distinct word of the
-busiest bank otherwise (CUDA C++ Programming Guide, "Shared Memory",
-https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#shared-memory-5-x; the Hopper
-tuning guide, https://docs.nvidia.com/cuda/hopper-tuning-guide/index.html, keeps the model). A
+busiest bank otherwise (CUDA C++ Programming Guide, "Shared Memory" under compute capability 5.x and later,
+https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html; the Hopper tuning guide,
+https://docs.nvidia.com/cuda/hopper-tuning-guide/index.html, changes the capacity, not this rule). A
 CUDA kernel transposes a 16384 x 16384 float32 matrix (1 GiB in, 1 GiB out) through a 32 x 32
 shared-memory tile, three ways: a plain tile, whose column read puts all 32 lanes in one bank
 (32 passes); a tile padded to 33 columns; and a tile whose column index is XORed with its row
@@ -411,6 +411,7 @@ def measure(lab) -> None:
         torch.cuda.empty_cache()  # the transposes' 3 GiB back before the chase's 8 GiB
         measure_chase(lab, kernels)
         lab.synchronize()
+        torch.cuda.empty_cache()  # the chase's 8 GiB back before the profiled child allocates
     except BaseException:
         if child is not None:
             child.__exit__(None, None, None)
