@@ -293,10 +293,13 @@ def measure_chase(lab, kernels: Kernels) -> None:
         chains[size] = words
     end = torch.empty(1, device=lab.device, dtype=torch.int64)
     ns = torch.empty(1, device=lab.device, dtype=torch.int64)
-    for size, words in chains.items():  # a chase that followed any other path ends elsewhere
-        kernels.chase(buffer, words[0], len(words), HOPS, end, ns)
+    # A chase that followed any other path ends elsewhere; HOPS + 1 hops, so that no cycle (a
+    # power of two long) ends where it began, which a kernel that never moved would pass.
+    for size, words in chains.items():
+        end.fill_(-1)
+        kernels.chase(buffer, words[0], len(words), HOPS + 1, end, ns)
         lab.check(f"chase over {size >> 20} MiB ends where the chain says", end.double(),
-                  torch.tensor([words[(len(words) + HOPS) % len(words)]], dtype=torch.float64,
+                  torch.tensor([words[(len(words) + HOPS + 1) % len(words)]], dtype=torch.float64,
                                device=lab.device), tolerance=0)
     # Rounds: every footprint once, in a new shuffled order each round; the first is a warm-up.
     samples = torch.empty(CHASE_ROUNDS + 1, len(sizes), device=lab.device, dtype=torch.int64)
