@@ -628,6 +628,7 @@ PENDING_KINDS = {
     ("ecosystem.flex_attention", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
     ("compile.training", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
     ("stack.memory_access", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
+    ("stack.banks_and_pages", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
     ("graphs.graph_costs", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
     ("dispatch.allocator_internals", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
     ("compile.fusion_limits", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",

@@ -299,6 +299,14 @@ TOPIC_METRICS: dict[str, dict[str, str]] = {
     "stack.memory_access": {"time": "kernel time", "bandwidth": "useful bandwidth",
                             "predicted": "predicted useful bandwidth",
                             "vs_prediction": "measured over predicted"},
+    "stack.banks_and_pages": {"time": "kernel time", "speedup": "speed-up over the plain tile",
+                              "bandwidth": "bandwidth (read + written)", "of_copy": "of the copy's bandwidth",
+                              "conflict_ways": "passes per warp access (index maths)",
+                              "latency": "time per dependent read",
+                              "conflicts_load": "bank conflicts, shared loads (ncu)",
+                              "conflicts_store": "bank conflicts, shared stores (ncu)",
+                              "wavefronts_load": "shared-load wavefronts (ncu)",
+                              "instructions_load": "shared-load instructions (ncu)"},
     "stack.roofline": {"kernel": "kernel time", "rate": "compute rate"},
     "stack.matmul_kernel": {"time": "matmul time"},
 }
@@ -404,6 +412,8 @@ TOPIC_CASE_KEYS: dict[str, dict[str, str]] = {
     "collectives.ddp_probe": {"bytes": "bucket size"},
     "blas.alignment": {"m": "rows m", "n": "output width n"},
     "compile.training": {"width": "model width", "tensors": "parameter tensors", "cache": "on-disk caches"},
+    "stack.banks_and_pages": {"n": "matrix side n", "MiB": "footprint", "pages": "2 MiB regions touched",
+                              "layout": "tile layout", "phase": "access"},
     "stack.memory_access": {"stride": "stride (words)", "bytes_used": "bytes used per read",
                             "unit_bytes": "random unit"},
 }
