@@ -245,7 +245,7 @@ def measure_accumulation(lab, pairs) -> None:
                 lab.check(f"{name}, k={k}", out, exact, tolerance=TOLERANCE[accumulation])
                 lab.value(case=case, metric="accumulation_error", unit="", value=relative_error(out, exact))
                 del out
-                variants[name], rows[name] = fn, (case, "time")
+                variants[name], rows[name] = fn, (case, "sweep_time")
             del exact
         del x, w
         lab.compare_rows(variants, rows, unit="ms", timer="kernel", repetitions=20)

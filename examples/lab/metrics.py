@@ -237,7 +237,8 @@ METRICS: dict[str, str] = {
 TOPIC_METRICS: dict[str, dict[str, str]] = {
     "blas.alignment": {"time": "kernel time", "speedup": "speed-up of the transposed read"},
     "blas.workspace": {"time": "kernel time"},
-    "ecosystem.fp8_blockwise": {"time": "kernel time", "speedup": "speed-up over BF16"},
+    "ecosystem.fp8_blockwise": {"time": "kernel time", "speedup": "speed-up over BF16",
+                                "sweep_time": "kernel time"},
     "capstone.decode": {"time": "prefill time", "rate": "compute rate"},
     "capstone.fused_decode": {"time": "time per call", "speedup": "speed-up over cuBLAS",
                               "fraction_of_copy": "fraction of copy bandwidth"},
