@@ -149,3 +149,32 @@ def test_the_varlen_variant_packs_the_documents_as_sequences(monkeypatch):
     call, unpacked = flex.varlen_call(q, k, v, flex.lengths_of(document))
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=flex.dense_mask(document))
     torch.testing.assert_close(unpacked(call()), expected)
+
+
+def test_block_scales_have_the_layouts_scaled_mm_checks():
+    """ScaledBlas.cpp's checks: a's 1x128 scales (M, K/128) with strides (1, M); b's
+    128x128 scales (K/128, N/128) with strides (1, K/128); b itself column-major."""
+    import torch
+
+    from examples.ecosystem.fp8_blockwise import dequantize_a, dequantize_w, quantize_a, quantize_w
+
+    m, k, n = 256, 1024, 384
+    a, w = torch.randn(m, k), torch.randn(n, k)
+    a8, sa = quantize_a(a, "blockwise")
+    b8, sb = quantize_w(w, "blockwise")
+    assert sa.shape == (m, k // 128) and sa.stride() == (1, m)
+    assert sb.shape == (k // 128, n // 128) and sb.stride() == (1, k // 128)
+    assert b8.shape == (k, n) and b8.stride() == (1, k)
+    for recipe in ("tensorwise", "rowwise", "blockwise"):  # e4m3 keeps ~3 bits: a few per cent
+        (qa, s_a), (qw, s_w) = quantize_a(a, recipe), quantize_w(w, recipe)
+        assert ((dequantize_a(qa, s_a, recipe) - a.double()).norm() / a.norm()).item() < 0.05
+        assert ((dequantize_w(qw, s_w, recipe) - w.t().double()).norm() / w.norm()).item() < 0.05
+
+
+def test_a_128_tile_keeps_an_outlier_channel_from_the_rest_of_its_row():
+    from examples.ecosystem.fp8_blockwise import round_trip_error
+    from examples.ecosystem.fp8_scaling import activations
+
+    x, outliers = activations(256, 4096, outlier=1e4, where="channels")
+    errors = {r: round_trip_error(x, outliers, r) for r in ("tensorwise", "rowwise", "blockwise")}
+    assert errors["blockwise"] < errors["rowwise"] < errors["tensorwise"]

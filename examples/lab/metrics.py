@@ -35,6 +35,7 @@ from __future__ import annotations
 
 #: Metric identifier -> words, in every topic unless :data:`TOPIC_METRICS` says otherwise.
 METRICS: dict[str, str] = {
+    "accumulation_error": "error against its operands' exact product",
     "achieved_occupancy": "achieved occupancy",
     "algbw": "algorithm bandwidth",
     "allocation_share": "share spent allocating",
@@ -227,12 +228,17 @@ METRICS: dict[str, str] = {
     "warmup_and_capture": "warm-up and capture",
     "waves": "waves",
     "weights_per_gpu": "weights per GPU",
+    "error_vs_fp64": "error against float64",
+    "error_ordinary_tokens": "error of the ordinary tokens' rows",
+    "round_trip_error": "round-trip error of the ordinary values",
 }
 
 #: Per topic, where an identifier means something narrower than :data:`METRICS` says.
 TOPIC_METRICS: dict[str, dict[str, str]] = {
     "blas.alignment": {"time": "kernel time", "speedup": "speed-up of the transposed read"},
     "blas.workspace": {"time": "kernel time"},
+    "ecosystem.fp8_blockwise": {"time": "kernel time", "speedup": "speed-up over BF16",
+                                "sweep_time": "kernel time"},
     "capstone.decode": {"time": "prefill time", "rate": "compute rate"},
     "capstone.fused_decode": {"time": "time per call", "speedup": "speed-up over cuBLAS",
                               "fraction_of_copy": "fraction of copy bandwidth"},
@@ -360,6 +366,7 @@ CASE_KEYS: dict[str, str] = {
     "algo": "NCCL algorithm/protocol",
     "nccl": "NCCL setting",
     "all_reduce": "all-reduce",
+    "accumulation": "FP8 accumulation",
     "bytes": "message size",
     "cudnn_tf32": "cuDNN TF32",
     "d": "model width d",
