@@ -22,9 +22,9 @@ in the generated ``call``). On a GPU the profiler counts the operations one call
 the kernels' own time (``timer="kernel"``) compares each compiled function with eager in
 interleaved rounds: the claim is about the GPU's work, not the host's (a graph break
 also costs a second guard check and launch on the host, which this leaves out). Each
-operation's own duration goes in the notes. Nothing is compiled again after it was read
-(a recompile is an error), and after timing each way must still run exactly the
-operations its code launches.
+operation's own duration goes in the notes. Nothing is compiled after it was read (a
+compile while counting or timing is an error), and after timing each way must still run
+exactly the operations its code launches.
 
 Inputs are 8192 x 8192 float32 (256 MiB) on a GPU, 64 x 64 on the CPU's quick path.
 Cost on an H200: 6 to 9 s, nearly all compiling (seven small graphs); under a second of
@@ -106,12 +106,21 @@ OPTIONS = {"compiled, reduction not split": {"split_reductions": False}}
 # --8<-- [start:read]
 def compile_and_read(fn, x, options=None):
     """``fn`` compiled by Inductor (its defaults, or ``options``), its first call's output
-    and seconds, and the module Inductor wrote for each graph Dynamo gave it, in order."""
-    from torch._inductor.utils import run_and_get_code
+    and seconds, and the module Inductor wrote for each graph Dynamo gave it, in order.
 
+    Read as ``torch._inductor.utils.run_and_get_code`` reads it, less the
+    ``torch._dynamo.reset()`` that function starts with: a reset drops the code of the ways
+    compiled before, and they would compile again inside the timed rounds' warm-up."""
+    from unittest import mock
+
+    from torch._inductor.graph import GraphLowering
+
+    codes: list[str] = []
     compiled = torch.compile(fn, options=options)
     start = time.perf_counter()
-    out, codes = run_and_get_code(compiled, x)
+    with mock.patch.object(GraphLowering, "save_output_code",
+                           lambda code: codes.append(code) if code not in codes else None):
+        out = compiled(x)
     return compiled, out, time.perf_counter() - start, codes
 
 
@@ -135,19 +144,17 @@ def read_launches(codes: list[str]) -> dict[str, list[str]]:
 
 
 @contextlib.contextmanager
-def compiled_once(lab, where: str):
-    """Inside, a recompile is an error, not a silent fall back to eager after
-    ``recompile_limit`` tries. Any graph Dynamo makes inside (none is expected) is noted."""
-    def counts():
-        found = torch._dynamo.utils.counters
-        return {f"{group} {k}": v for group in ("stats", "frames") for k, v in found[group].items()}
+def compiled_once(where: str):
+    """Inside, nothing is compiled: a recompile is an error (not a silent fall back to eager
+    after ``recompile_limit`` tries), and so is a first compile, as of code a reset dropped."""
+    def frames():
+        return torch._dynamo.utils.counters["frames"]["total"]
 
-    before = counts()
+    before = frames()
     with torch._dynamo.config.patch(error_on_recompile=True):
         yield
-    made = {k: v - before.get(k, 0) for k, v in counts().items() if v != before.get(k, 0)}
-    if made:
-        lab.note(f"Dynamo while {where}", made)
+    if frames() != before:
+        raise RuntimeError(f"Dynamo compiled {frames() - before} frame(s) while {where}")
 
 
 def measure(lab) -> None:
@@ -164,7 +171,7 @@ def measure(lab) -> None:
         for way, fn in ways.items():
             compiled, out, seconds, codes = compile_and_read(fn, x, OPTIONS.get(way))
             lab.check(f"{pattern}, {way}", out, expected, tolerance=1e-5)
-            with compiled_once(lab, f"calling {pattern}, {way} again"):
+            with compiled_once(f"calling {pattern}, {way} again"):
                 compiled(x)  # a second call runs the code that was read, on any device
             case = {"pattern": pattern, "way": way}
             found = read_launches(codes)
@@ -176,7 +183,7 @@ def measure(lab) -> None:
             calls[way] = lambda c=compiled: c(x)
             launched[way] = len(found["in order"])
         if lab.cuda:
-            with compiled_once(lab, f"counting and timing {pattern}"):
+            with compiled_once(f"counting and timing {pattern}"):
                 for way, call in calls.items():
                     lab.value(case={"pattern": pattern, "way": way}, metric="gpu_operations", unit="",
                               value=ops_per_call(call))
