@@ -37,16 +37,17 @@ arithmetic the page's table explains.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import torch
 
 from examples.compile import triton_kernels
 from examples.compile.triton_kernels import matmul_kernel, tl, triton
-from examples.ecosystem.custom_op import build_folder
 from examples.lab.harness import Unavailable
 from examples.stack.triton_ptx import mma_instructions
 
@@ -251,7 +252,7 @@ CPP = r"""
 void sgemm_launch(int, int, int, int, const float*, const float*, float*, cudaStream_t);
 
 // c = a @ b by kernel ``step``, written into c (poisoned by the caller before a check).
-void sgemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, int64_t step) {
+void sgemm(const at::Tensor& a, const at::Tensor& b, at::Tensor& c, int64_t step) {
   TORCH_CHECK(a.is_cuda() && a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
               c.scalar_type() == at::kFloat, "sgemm: float32 CUDA tensors");
   TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && c.is_contiguous(), "sgemm: contiguous");
@@ -267,6 +268,15 @@ void sgemm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, int64_
 TORCH_LIBRARY(book_worklog, m) { m.def("sgemm(Tensor a, Tensor b, Tensor(a!) c, int step) -> ()"); }
 TORCH_LIBRARY_IMPL(book_worklog, CUDA, m) { m.impl("sgemm", &sgemm); }
 """
+
+
+def build_folder(name: str) -> Path:
+    """Where ``load_inline`` keeps the build, as ``examples/ecosystem/custom_op.py`` does:
+    under ``TORCH_EXTENSIONS_DIR`` (a new folder per lab run, so a run's build is cold),
+    else torch's cache folder, where a reader's second run reuses the first one's build."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root(), name)
 
 
 def build_sgemm() -> tuple[float, bool]:
@@ -369,7 +379,7 @@ def measure_fp32(lab) -> None:
         lab.check(f"{name} against torch.matmul", c[name], reference, tolerance=1e-4)
         calls[name] = lambda name=name, step=step: sgemm(a, b, c[name], step)
     del reference, exact
-    flops = 2 * N**3
+    flops, measured = 2 * N**3, {}
     for group, rounds, warmup in ((SLOW_STEPS, 3, 1), (FP32_STEPS[2:], 20, 3)):
         names = [name for name, _ in group]
         variants = {CUBLAS_FP32: calls[CUBLAS_FP32], **{name: calls[name] for name in names}}
@@ -382,6 +392,17 @@ def measure_fp32(lab) -> None:
                                  timer="kernel", repetitions=rounds, warmup=warmup)
         for name, t in times.items():
             lab.value(case=rows[name][0], metric="rate", unit="TFLOP/s", value=flops / (t.median * 1e-3) / 1e12)
+        measured |= times
+    keep_over_previous(lab, [name for name, _ in FP32_STEPS], measured, precision="fp32")
+
+
+def keep_over_previous(lab, steps, times, *, precision: str) -> None:
+    """Each step's speed-up over the step before it: the ratio of their median times (the
+    first steps and the rest are timed in different rounds, so not a paired ratio)."""
+    for before, name in zip(steps, steps[1:]):
+        if before in times and name in times:
+            lab.value(case={"precision": precision, "n": N, "step": name}, metric="over_previous", unit="x",
+                      value=times[before].median / times[name].median)
 
 
 def measure_bf16(lab) -> None:
@@ -415,6 +436,7 @@ def measure_bf16(lab) -> None:
                              repetitions=30, warmup=5)
     for name, t in times.items():
         lab.value(case=rows[name][0], metric="rate", unit="TFLOP/s", value=2 * N**3 / (t.median * 1e-3) / 1e12)
+    keep_over_previous(lab, list(BF16_STEPS), times, precision="bf16")
 
 
 def keep_load_counts(lab) -> None:
