@@ -26,8 +26,10 @@ The naïve and coalesced kernels take tenths and hundredths of a second a call
 at 4096³, so they are timed in rounds of their own with cuBLAS, 3 rounds;
 the faster steps get 20.
 
-Cost on an H200: about 7 s of C++/CUDA build (cold in every lab run; the Triton
-kernels compile meanwhile), 2 to 3 s of timing, under 1.5 GiB. Without a GPU the
+Cost on an H200 (estimated, not yet measured): about 7 s of C++/CUDA build (cold in
+every lab run; the Triton steps compile, are checked and timed meanwhile), then 3 to 5 s
+of FP32 checks and timing, most of it the naïve kernel's five calls (its check, the
+profiler's count of its kernels, three rounds); about 1 GiB of GPU memory. Without a GPU the
 CUDA kernels, cuBLAS and the compiled Triton kernels are skipped; the quick path
 checks the reference, runs the ``tl.dot`` kernel in Triton's interpreter, and
 keeps each CUDA step's load counts (:func:`loads_per_fma`), the index
@@ -47,6 +49,7 @@ from pathlib import Path
 import torch
 
 from examples.compile import triton_kernels
+from examples.blas.levels import kernels_of
 from examples.compile.triton_kernels import matmul_kernel, tl, triton
 from examples.lab.harness import Unavailable
 from examples.stack.triton_ptx import mma_instructions
@@ -370,6 +373,7 @@ def measure_fp32(lab) -> None:
     reference = torch.matmul(a, b)  # cuBLAS, full FP32 (TF32 is off)
     exact = a[:128].double() @ b.double()
     lab.check(f"{CUBLAS_FP32} against float64 (first 128 rows)", reference[:128], exact, tolerance=1e-5)
+    lab.note(f"kernels, {CUBLAS_FP32}", kernels_of(lambda: torch.matmul(a, b), lab.device))
     sgemm = torch.ops.book_worklog.sgemm
     c = {name: torch.empty(N, N, device=lab.device) for name, _ in FP32_STEPS}
     calls = {CUBLAS_FP32: lambda: torch.matmul(a, b)}
@@ -380,7 +384,8 @@ def measure_fp32(lab) -> None:
         calls[name] = lambda name=name, step=step: sgemm(a, b, c[name], step)
     del reference, exact
     flops, measured = 2 * N**3, {}
-    for group, rounds, warmup in ((SLOW_STEPS, 3, 1), (FP32_STEPS[2:], 20, 3)):
+    # The slow steps' warm-up is their check, just run: a round of them costs up to a second.
+    for group, rounds, warmup in ((SLOW_STEPS, 3, 0), (FP32_STEPS[2:], 20, 3)):
         names = [name for name, _ in group]
         variants = {CUBLAS_FP32: calls[CUBLAS_FP32], **{name: calls[name] for name in names}}
         rows = {name: ({"precision": "fp32", "n": N, "step": name}, "time") for name in names}
@@ -413,6 +418,7 @@ def measure_bf16(lab) -> None:
     reference = torch.matmul(a, bt.t())
     exact = a[:128].double() @ bt.double().t()
     lab.check(f"{CUBLAS_BF16} against float64 (first 128 rows)", reference[:128], exact, tolerance=1e-2)
+    lab.note(f"kernels, {CUBLAS_BF16}", kernels_of(lambda: torch.matmul(a, bt.t()), lab.device))
     c = {name: torch.empty(N, N, device=lab.device, dtype=torch.bfloat16) for name in BF16_STEPS}
     calls = {CUBLAS_BF16: lambda: torch.matmul(a, bt.t())}
     for name in BF16_STEPS:
