@@ -30,8 +30,9 @@ Cost on an H200 (estimated, not yet measured): about 7 s of C++/CUDA build (cold
 every lab run; the Triton steps compile, are checked and timed meanwhile), then 3 to 5 s
 of FP32 checks and timing, most of it the naïve kernel's five calls (its check, the
 profiler's count of its kernels, three rounds); about 1 GiB of GPU memory. Without a GPU the
-CUDA kernels, cuBLAS and the compiled Triton kernels are skipped; the quick path
-checks the reference, runs the ``tl.dot`` kernel in Triton's interpreter, and
+CUDA kernels, cuBLAS and the Triton kernels' runs are skipped; the quick path
+checks the reference, runs the ``tl.dot`` kernel in Triton's interpreter, compiles
+the three tensor-core steps for sm_90 (no GPU needed) and reads their PTX, and
 keeps each CUDA step's load counts (:func:`loads_per_fma`), the index
 arithmetic the page's table explains.
 """
@@ -455,9 +456,62 @@ def keep_load_counts(lab) -> None:
             lab.value(case=case, metric="shared_loads_per_fma", unit="loads", value=counts["shared"])
 
 
+def compiled_for_hopper() -> dict[str, dict]:
+    """The three tensor-core steps compiled for sm_90 with no GPU, specialised as a launch on
+    4096-wide row-major tensors would be (pointers and strides divisible by 16, unit strides
+    constant), and what each one's PTX uses. Needs Triton compiling, not interpreting."""
+    from triton.backends.compiler import GPUTarget
+
+    target, tile = GPUTarget("cuda", 90, 32), {"BM": BM, "BN": BN, "BK": BK, "GROUP": 8}
+    names = ("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "s_am", "s_ak", "s_bk", "s_bn", "s_cm", "s_cn")
+    unit = {"s_ak", "s_bk", "s_cn"}  # a and c row-major, b = btᵀ read with K contiguous
+    signature = {n: "*bf16" if n.endswith("_ptr") else "constexpr" if n in unit else "i32" for n in names}
+    pointer = triton.compiler.ASTSource(
+        fn=matmul_kernel, signature={**signature, **dict.fromkeys([*tile, "EVEN_K"], "constexpr")},
+        constexprs={**dict.fromkeys(unit, 1), **tile, "EVEN_K": True},
+        attrs={(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n not in unit})
+    descriptors = {"a_desc": f"tensordesc<bf16[{BM},{BK}]>", "b_desc": f"tensordesc<bf16[{BN},{BK}]>",
+                   "c_desc": f"tensordesc<bf16[{BM},{BN}]>"}
+    tma = triton.compiler.ASTSource(
+        fn=matmul_tma_kernel, signature={**descriptors, "M": "i32", "N": "i32", "K": "i32",
+                                         **dict.fromkeys(tile, "constexpr")}, constexprs=tile)
+    sources = {BF16_STEPS[0]: (pointer, 1), BF16_STEPS[1]: (pointer, STAGES), BF16_STEPS[2]: (tma, STAGES)}
+    return {name: what_the_ptx_uses(triton.compile(src, target=target,
+                                                   options={"num_warps": WARPS, "num_stages": stages}))
+            for name, (src, stages) in sources.items()}
+
+
+#: Run in a child process: this one chose Triton's interpreter, which cannot compile for a target.
+_HOPPER_PTX = ("import json; from examples.stack.gemm_worklog import compiled_for_hopper; "
+               "print(json.dumps(compiled_for_hopper()))")
+
+
+def hopper_ptx_without_gpu() -> dict[str, dict] | str:
+    """:func:`compiled_for_hopper` in a child process; the reason, if it could not compile."""
+    import json
+    import subprocess
+
+    from examples.lab.provenance import REPO_ROOT
+
+    env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run([sys.executable, "-c", _HOPPER_PTX], env=env, cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        return "not compiled: " + (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def measure_without_gpu(lab) -> None:
-    lab.note("skipped without a GPU", "the CUDA kernels, cuBLAS and the compiled Triton kernels "
-             "(their PTX included); the tl.dot kernel runs in Triton's interpreter")
+    lab.note("skipped without a GPU", "the CUDA kernels, cuBLAS and the tensor-core steps' runs; "
+             "the tensor-core steps are compiled for sm_90 and their PTX read, and the tl.dot "
+             "kernel runs in Triton's interpreter")
+    found = hopper_ptx_without_gpu()
+    if isinstance(found, str):
+        lab.note("tensor-core steps compiled for sm_90 (no GPU)", found)
+    else:
+        for name, uses in found.items():
+            for what, value in uses.items():
+                lab.note(f"{name}, compiled for sm_90 with no GPU: {what}", value)
     g = torch.Generator().manual_seed(0)
     a, b = (torch.randn(64, 64, generator=g) for _ in range(2))
     lab.check("torch.matmul against float64", torch.matmul(a, b), a.double() @ b.double(), tolerance=1e-5)
