@@ -315,6 +315,10 @@ TOPIC_METRICS: dict[str, dict[str, str]] = {
                               "instructions_load": "shared-load instructions (ncu)"},
     "stack.roofline": {"kernel": "kernel time", "rate": "compute rate"},
     "stack.matmul_kernel": {"time": "matmul time"},
+    "stack.gemm_worklog": {"time": "kernel time", "rate": "rate", "fraction_of_cublas": "fraction of cuBLAS's rate",
+                           "global_loads_per_fma": "device-memory loads per multiply-add",
+                           "shared_loads_per_fma": "shared-memory loads per multiply-add",
+                           "over_previous": "speed-up over the step before"},
 }
 
 #: Metrics that are a *difference* (or estimated by one), so either sign is a true reading: the
