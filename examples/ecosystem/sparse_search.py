@@ -91,19 +91,23 @@ def sparse_mm(compressed, xt, alg_id: int = 0, split_k: int = 1, mode=None):
 # --8<-- [end:search]
 
 
-def valid_ids(compressed, xt, max_id) -> list[int]:
-    """The algorithm ids cuSPARSELt accepts for this shape, probed from 0 up
-    to the search's largest id: an id past the last is refused (RuntimeError)."""
+def valid_ids(compressed, xt, max_id) -> tuple[list[int], list[int]]:
+    """The algorithm ids cuSPARSELt accepts for this shape, and those it
+    refuses (RuntimeError), probed from 0 to the search's largest id; where
+    the search does not say, up to the first refusal."""
     last = PROBE_CAP - 1 if max_id is None else min(int(max_id), PROBE_CAP - 1)
-    ids = []
+    ids, refused = [], []
     for alg_id in range(last + 1):
         try:
             sparse_mm(compressed, xt, alg_id)
         except RuntimeError:
-            break
+            refused.append(alg_id)
+            if max_id is None:
+                break
+            continue
         ids.append(alg_id)
     torch.cuda.synchronize()
-    return ids
+    return ids, refused
 
 
 def _skip_reason() -> str | None:
@@ -134,6 +138,9 @@ def _shape(lab, rows: int, cols: int, tokens: int, max_timed: int) -> None:
     from torch.sparse import to_sparse_semi_structured
 
     w = two_four(torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16))
+    if not is_two_four(w):
+        from examples.lab.harness import CheckFailed
+        raise CheckFailed(f"{rows}x{cols}: the pruned weight is not 2:4")
     xt = torch.randn(tokens, cols, device="cuda", dtype=torch.bfloat16).t()  # as F.linear
     compressed = torch._cslt_compress(w)  # kept values + 2-bit indices, one buffer
     expected = w.double() @ xt.double()
@@ -148,7 +155,9 @@ def _shape(lab, rows: int, cols: int, tokens: int, max_timed: int) -> None:
     lab.note(f"search, {what}", {k: (v if isinstance(v, (bool, type(None))) else int(v))
                                  for k, v in found.items()})
 
-    ids = valid_ids(compressed, xt, found["max_id"])
+    ids, refused = valid_ids(compressed, xt, found["max_id"])
+    if refused:
+        lab.note(f"ids refused, {what}", refused)
     lab.value(case=case, metric="algorithms", unit="", value=len(ids))
     timed_ids = ids[:max_timed]
     if len(ids) > len(timed_ids):
