@@ -635,6 +635,7 @@ PENDING_KINDS = {
     ("compile.fusion_blockers", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
     ("measuring.ratio_ci", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
     ("stack.gemm_worklog", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
+    ("ecosystem.sparse_search", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
     ("measuring.ncu_sections", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
     ("ecosystem.fp8_blockwise", "nvidia-h100-80gb-hbm3"): "added 2026-11-28, when no H100 was lent",
 }
