@@ -1,12 +1,16 @@
 """Bootstrap confidence intervals for a ratio of two medians: how sure is a speed-up?
 
-A page quotes a speed-up as the median of one variant's times over the median of
-another's. The bootstrap (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993)
+The pages quote a speed-up as the median of the per-round ratios of two variants'
+times (the harness's paired ratio); a ratio of the two variants' medians is the other
+figure one could quote, and the two estimate different things where the ratio moves with
+the clock. Both are here. The bootstrap (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993)
 asks how far that ratio would move had the rounds come out otherwise: it draws, with
 replacement, as many samples as were measured, recomputes the ratio, and does so a
 few thousand times; the spread of those ratios gives the interval. Hoefler & Belli
 ("Scientific Benchmarking of Parallel Computing Systems", SC'15, rule 5) ask for such
 intervals around medians of benchmark times, whose distributions are rarely normal.
+The resampling treats rounds as independent: where the clock keeps its state over many
+rounds, they are not, and the intervals come out too narrow (the page measures how far).
 
 Two ways to resample, matching how the samples were taken:
 

@@ -309,7 +309,10 @@ TOPIC_METRICS: dict[str, dict[str, str]] = {
                            "width_over_first": "width over its width at 10 rounds",
                            "paired_over_unpaired": "width, rounds resampled, over each variant resampled",
                            "median_of_ratios_over_unpaired": "width, median of paired ratios, over each variant resampled",
-                           "interval_over_iqr": "width, median of paired ratios, over their IQR"},
+                           "interval_over_iqr": "width, median of paired ratios, over their IQR",
+                           "lag1": "one round's time against the next's (correlation)",
+                           "lag1_ratio": "one round's paired ratio against the next's (correlation)",
+                           "window_coverage": "windows whose interval held the run's estimate"},
     "stack.memory_access": {"time": "kernel time", "bandwidth": "useful bandwidth",
                             "predicted": "predicted useful bandwidth",
                             "vs_prediction": "measured over predicted"},
@@ -346,6 +349,9 @@ SIGNED_METRICS: dict[str, str] = {
     "fit_beta": "a least-squares intercept: noise can put it below zero",
     # A share, but estimated as 1 - 1/speed-up: where noise puts the speed-up below 1, below zero.
     "allocation_share": "1 - 1/(new tensor over out=): negative when noise makes out= the slower",
+    "correlation": "Pearson's correlation of two variants' samples: -1 to 1",
+    "lag1": "a series' correlation with itself one round later: -1 to 1",
+    "lag1_ratio": "a series' correlation with itself one round later: -1 to 1",
 }
 
 #: Metrics that are a part of a whole: in [0, 1] when unitless, in [0, 100] when in %. Every

@@ -9,15 +9,18 @@ which returns the samples themselves: ``Lab.compare`` and ``Lab.keep_samples`` k
 a summary, median, quartiles and extremes).
 
 From the first n = 10, 30, 100 and 300 rounds (what one would have had after stopping
-there; one run, so the n share their first rounds and no n costs another warm-up or
-another state of the clock), for the longer product over the shorter one:
+there; one run, so the n share their first rounds and no n costs another warm-up), for
+the longer product over the shorter one:
 
 * the ratio of the medians, with its 95 % bootstrap intervals (percentile and BCa;
   :mod:`examples.lab.bootstrap`), resampling rounds with both samples kept (paired) and
   each variant on its own (unpaired);
 * the median of the paired ratios, the harness's speed-up, with its quartiles (the
   spread the pages show) and its 95 % bootstrap intervals;
-* the correlation of the two variants' samples over the rounds: what pairing can cancel.
+* the correlation of the two variants' samples over the rounds: what pairing can cancel;
+* whether the rounds are independent, as the intervals assume (each round's correlation
+  with the next), and, over the disjoint windows of 10, 30 and 100 rounds, the share whose
+  interval holds the estimate of all 300: the intervals tested on the GPU's own data.
 
 Cost on an H200: 2 x 8192 x 8192 x 8448 flop is about 1.1 TFLOP a product, some 1.7 ms
 at a power-held clock, so 25 warm-up and 300 timed rounds of both are about 1.1 s of GEMMs;
@@ -67,6 +70,30 @@ def intervals_at(base: list[float], longer: list[float], n: int) -> dict[str, bo
             found[f"{name}, {method}"] = ci
     return found
 # --8<-- [end:intervals]
+
+
+def lag1(x: list[float]) -> float:
+    """Correlation of each round's value with the next one's: how long the clock's state
+    lasts. The intervals resample rounds as if independent; a value near 0 says they nearly
+    are, one near 1 that neighbouring rounds share their state and the intervals are too narrow."""
+    t = torch.tensor(x, dtype=torch.float64)
+    return float(torch.corrcoef(torch.stack([t[:-1], t[1:]]))[0, 1])
+
+
+# --8<-- [start:windows]
+def window_coverage(base: list[float], longer: list[float], n: int, statistic: str,
+                    paired: bool) -> float:
+    """Of the disjoint windows of ``n`` rounds in this run, the share whose 95 % percentile
+    interval holds the estimate from all the rounds: the intervals tested on GPU data."""
+    everything = (bootstrap.ratio_of_medians(longer, base) if statistic == "ratio of medians"
+                  else float(bootstrap.median(torch.tensor(longer, dtype=torch.float64)
+                                              / torch.tensor(base, dtype=torch.float64))))
+    starts = range(0, len(base) - n + 1, n)
+    held = sum(bootstrap.ratio_interval(longer[i:i + n], base[i:i + n], paired=paired,
+                                        statistic=statistic, resamples=RESAMPLES,
+                                        seed=SEED + i).covers(everything) for i in starts)
+    return held / len(starts)
+# --8<-- [end:windows]
 
 
 def measure(lab) -> None:
@@ -124,6 +151,16 @@ def measure(lab) -> None:
                   value=found["median of paired ratios, percentile"].width / unpaired)
         lab.value(case=row, metric="interval_over_iqr", unit="x",
                   value=found["median of paired ratios, percentile"].width / max(ratios.iqr, 1e-12))
+    # Are the rounds independent, as the intervals assume? And do windows' intervals hold
+    # the whole run's estimate as often as 95 % says?
+    lab.value(case={"variant": "K = 8192"}, metric="lag1", value=lag1(base), unit="")
+    lab.value(case={"rounds": max(ROUNDS)}, metric="lag1_ratio", unit="",
+              value=lag1([a / b for a, b in zip(longer, base)]))
+    for n in ROUNDS[:-1]:
+        for name, statistic, paired in (("median of paired ratios", "median of paired ratios", True),
+                                        ("ratio of medians, each variant resampled", "ratio of medians", False)):
+            lab.value(case={"rounds": n, "interval": f"{name}, percentile"}, metric="window_coverage",
+                      value=100 * window_coverage(base, longer, n, statistic, paired), unit="%")
     lab.note("intervals", f"95 %, {RESAMPLES} resamples each, seeded; the first n of "
                           f"{max(ROUNDS)} interleaved rounds")
     del products
