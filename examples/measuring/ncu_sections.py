@@ -25,12 +25,12 @@ here). Beside each kernel the record keeps the duration ``ncu`` measured, the
 book's time for the same kernel and their ratio: ``ncu``'s times are those of
 a kernel alone, serialized, at base clock.
 
-Cost on an H200 (estimated, not yet measured): about 15 s, most of it ``ncu``
-starting the child (hidden behind the checks and timings) and replaying three
-launches some tens of times; about 2 GiB of GPU memory in each process (the
-256 MiB tensor, three 128 MiB matrices, a float64 reference of 512 MiB in
-the parent). Where ``ncu`` is missing or may not read the GPU's counters
-(``ERR_NVGPUCTRPERM``), the topic is skipped in one line. On the CPU
+Cost on an H200: 11 to 13 s, most of it ``ncu`` starting the child (hidden
+behind the checks and timings) and replaying three launches some tens of times;
+3.4 GiB of GPU memory at the peak (the 256 MiB tensor, three 128 MiB matrices, a
+float64 reference of 512 MiB in the parent, and the child's own copies). Where
+``ncu`` is missing or may not read the GPU's counters (``ERR_NVGPUCTRPERM``), the
+topic is skipped in one line. On the CPU
 (``--quick``) the kernels are checked and timed (the Triton one in Triton's
 interpreter) and the capture is skipped, in one line.
 """
@@ -127,7 +127,7 @@ REASONS = {
     "lg_throttle": "LG throttle",  # the local/global memory queue is full
     "tex_throttle": "TEX throttle",
     "not_selected": "not selected",  # eligible, but another warp issued
-    "gmma": "GMMA (Hopper only)",  # waiting on a warpgroup MMA (wgmma)
+    "gmma": "GMMA (Hopper only)",  # by its name, warpgroup MMA (wgmma); not in NVIDIA's table
     "selected": "selected (issuing)",  # not a stall: the cycle it issues
     "no_instruction": "no instruction",  # instruction cache miss, branch
     "branch_resolving": "branch resolving",
