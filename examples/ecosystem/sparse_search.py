@@ -67,7 +67,8 @@ def two_four_by_rank(w: torch.Tensor) -> torch.Tensor:
 # --8<-- [start:search]
 def search(compressed: torch.Tensor, xt: torch.Tensor) -> dict:
     """cuSPARSELt's search for W @ xt: the algorithm id it picked, its split-K
-    settings and the largest id (``CUSPARSELT_MATMUL_ALG_CONFIG_MAX_ID``)."""
+    settings and ``CUSPARSELT_MATMUL_ALG_CONFIG_MAX_ID`` (on the H200, one past the last
+    id: that id itself is refused)."""
     mm_search = getattr(getattr(torch._C, "_cusparselt", None), "mm_search", None)
     if mm_search is not None:  # returns (alg_id, split_k, split-K mode, max id)
         alg_id, split_k, mode, max_id = mm_search(compressed, xt, None, None, None, False)
