@@ -24,12 +24,12 @@ interleaved with cuBLAS in rounds; ``fraction_of_cublas`` is cuBLAS's sample
 over the step's of the same round (the step's rate as a fraction of cuBLAS's).
 The naïve and coalesced kernels take tenths and hundredths of a second a call
 at 4096³, so they are timed in rounds of their own with cuBLAS, 3 rounds;
-the faster steps get 20.
+the faster FP32 steps get 20, the tensor-core steps 30.
 
-Cost on an H200 (estimated, not yet measured): about 7 s of C++/CUDA build (cold in
-every lab run; the Triton steps compile, are checked and timed meanwhile), then 3 to 5 s
-of FP32 checks and timing, most of it the naïve kernel's five calls (its check, the
-profiler's count of its kernels, three rounds); about 1 GiB of GPU memory. Without a GPU the
+Cost on an H200: 10 to 11 s a run. About 6 s of it is the C++/CUDA build (cold in
+every lab run; the Triton steps compile, are checked and timed meanwhile), then the
+FP32 checks and timing, most of it the naïve kernel's five calls (its check, the
+profiler's count of its kernels, three rounds); 1.5 GiB of GPU memory at the peak. Without a GPU the
 CUDA kernels, cuBLAS and the Triton kernels' runs are skipped; the quick path
 checks the reference, runs the ``tl.dot`` kernel in Triton's interpreter, compiles
 the three tensor-core steps for sm_90 (no GPU needed) and reads their PTX, and
