@@ -26,11 +26,11 @@ figure is ``latency`` per hop in ns, one sample per launch, the footprints inter
 shuffled rounds. A chase measures latency: each load waits for the one before, so a miss's
 page walk cannot hide behind other loads, as it would among independent gathers.
 
-Cost on an H200 (estimated, not yet measured): the CUDA build (nvcc on a source that includes
-only ``cuda_runtime.h``; a few seconds, cold each lab run), about 1 s of transposes and checks,
-about 2 s of chases, and where ncu is present its child's four profiled launches (the child
-starts before the build, loads during it and waits). GPU memory at the peak: about 8.3 GiB (the chase's 8 GiB
-buffer; the transposes' 3 GiB are freed before it). On the CPU (``--quick``) no CUDA is built:
+Cost on an H200: 6 to 8 s a run: the CUDA build (nvcc on a source that includes only
+``cuda_runtime.h``; 1.3 to 1.8 s, cold each lab run), the transposes and their checks,
+the chases, and where ncu is present its child's four profiled launches (the child starts
+before the build, loads during it and waits). GPU memory at the peak: 8.9 GiB (the
+chase's 8 GiB buffer; the transposes' 3 GiB are freed before it). On the CPU (``--quick``) no CUDA is built:
 the tile layouts' index maths are checked on a small matrix and their bank conflicts counted;
 no figure of a GPU is produced.
 """
