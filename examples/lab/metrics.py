@@ -36,6 +36,9 @@ from __future__ import annotations
 #: Metric identifier -> words, in every topic unless :data:`TOPIC_METRICS` says otherwise.
 METRICS: dict[str, str] = {
     "accumulation_error": "error against its operands' exact product",
+    "correlation": "correlation of two series",
+    "lag1": "correlation with the next round",
+    "lag1_ratio": "paired ratio's correlation with the next round's",
     "achieved_occupancy": "achieved occupancy",
     "algbw": "algorithm bandwidth",
     "allocation_share": "share spent allocating",
@@ -438,7 +441,7 @@ TOPIC_CASE_KEYS: dict[str, dict[str, str]] = {
     "blas.alignment": {"m": "rows m", "n": "output width n"},
     "compile.training": {"width": "model width", "tensors": "parameter tensors", "cache": "on-disk caches"},
     "stack.banks_and_pages": {"n": "matrix side n", "MiB": "footprint", "pages": "2 MiB regions touched",
-                              "layout": "tile layout", "phase": "access"},
+                              "layout": "tile layout"},
     "stack.memory_access": {"stride": "stride (words)", "bytes_used": "bytes used per read",
                             "unit_bytes": "random unit"},
 }
