@@ -331,3 +331,67 @@ def test_each_fused_product_autotunes_over_its_own_winners_and_never_over_nothin
     assert kept(NORM=False, SWIGLU=False, RESIDUAL=False, INT8=True) == set(fused._INT8_BLOCKS)
     for (product, int8), blocks in fused._WON.items():  # a subset of what is compiled for them
         assert blocks and set(blocks) <= set(fused._INT8_BLOCKS if int8 else fused._BF16_BLOCKS)
+
+
+def test_with_no_room_for_both_precisions_the_idle_one_waits_in_host_memory(monkeypatch):
+    """A 24 GiB card cannot hold the 8B shape's bf16 and int8 weights together: each
+    precision is still built once, the other one's matrices move out first, every rung
+    built on them is let go, and the int8 comparison gives what it gives with room.
+    (The CPU stands in for the GPU: "no room" is the answer substituted.)"""
+    from examples.capstone import decode
+    from examples.capstone.int8_linear import int8_linear
+    from examples.lab.harness import Lab
+
+    def int8_phase(room: float):
+        monkeypatch.setattr(decode, "_room", lambda device: room)
+        decode.release_setup()
+        lab = Lab(torch.device("cpu"), quick=True)
+        try:
+            run = decode.start(lab)
+            setup, forgotten = run.setup, []
+            forget = run.forget
+            run.forget = lambda precision: forgotten.append(precision) or forget(precision)
+            run.graphed["static+graph"] = static = run.decoder(setup.resident("bf16", run.forget))
+            trace = run.bf16_trace(static)
+            built = []
+            real = decode.quantized
+            monkeypatch.setattr(decode, "quantized", lambda *a, **k: built.append(1) or real(*a, **k))
+            wq = setup.resident("int8", run.forget)
+            state = (list(forgotten), set(setup.parked), set(run.graphed))
+            run.int8_quality("int8", trace, run.decoder(wq, linear=int8_linear))
+            assert setup.resident("bf16", run.forget) is setup.w  # back; int8 waits now where crowded
+            assert setup.parked == ({"int8"} if room == 0 else set())
+            assert setup.resident("int8", run.forget) is wq and built == [1]  # each built once
+            quality = {k: m.median for row in lab.rows() for k, m in row.metrics.items()
+                       if k in ("logit_error", "top1_agreement")}
+            return state, quality
+        finally:
+            lab.load.stop()
+            decode.release_setup()
+
+    (forgotten, parked, graphed), crowded = int8_phase(0.0)
+    assert forgotten == ["bf16"] and parked == {"bf16"}
+    assert "static+graph" not in graphed  # on a GPU its graph would read the weights' old addresses
+    (forgotten, parked, graphed), roomy = int8_phase(float("inf"))
+    assert forgotten == [] and parked == set() and "static+graph" in graphed
+    assert len(crowded) == 2 and crowded == roomy
+
+
+def test_the_smaller_llama_shapes_are_the_published_ones_and_the_lab_offers_each():
+    from examples.capstone.model import MODELS
+    from examples.capstone.speed_of_light import weight_count
+    from examples.lab.__main__ import MODEL_CHOICES
+
+    assert MODEL_CHOICES == tuple(MODELS)  # the lab's --model, written out for a torch-free --help
+    # Meta's model cards: 8.03 B, 3.21 B and 1.24 B parameters (the 1B and 3B tie the head to the embedding)
+    billions = {name: round(weight_count(c) / 1e9, 2) for name, c in MODELS.items()}
+    assert billions["llama3.2-3b"] == 3.21 and billions["llama3.2-1b"] == 1.24
+
+
+def test_the_model_flag_is_one_flag_and_a_bad_one_is_one_line(cli):
+    out = cli.run("-m", "examples.capstone.decode", "--help")
+    assert out.returncode == 0 and "--model" in out.stdout and "llama3.2-1b" in out.stdout, cli.explain(out)
+    bad = cli.run("-m", "examples.capstone.fused_decode", "--model", "llama3-70b")
+    assert "llama3-70b" in cli.one_line_error(bad)
+    lab = cli.run("-m", "examples.lab", "run", "capstone.decode", "--out", "/tmp/x", "--model", "7b")
+    assert "--model" in cli.one_line_error(lab)

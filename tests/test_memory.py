@@ -31,7 +31,11 @@ def test_a_broken_peaks_file_is_one_line_and_status_2(tmp_path, capsys):
 def test_every_topic_in_the_committed_table_is_a_topic():
     from examples.lab.registry import measured_topics
 
-    assert set(memory.needs()) <= set(measured_topics())
+    from examples.lab.__main__ import MODEL_CHOICES
+
+    rows = [key.split("@") for key in memory.needs()]  # Chapter 9's rows: topic@model
+    assert {row[0] for row in rows} <= set(measured_topics())
+    assert {row[1] for row in rows if len(row) == 2} <= set(MODEL_CHOICES[1:])
 
 
 def test_a_memory_limit_counts_what_the_card_holds_beside_the_allocator(monkeypatch):
@@ -50,3 +54,17 @@ def test_a_memory_limit_counts_what_the_card_holds_beside_the_allocator(monkeypa
     with pytest.raises(ValueError, match=r"^--memory-limit 8: 8\.0 GiB of this GPU is in use already$"):
         memory.cap_allocator(torch.device("cuda"), 8)
     assert len(capped) == 1
+
+
+def test_what_a_topic_may_still_allocate_stays_within_the_cap(monkeypatch):
+    """Chapter 9 asks before it builds a second set of weights: its allocator's cached
+    blocks plus the GPU's free memory, but never past --memory-limit's cap."""
+    import torch
+
+    gib = 2**30
+    monkeypatch.setattr(memory, "_usage", lambda device: (100 * gib, 141 * gib, 20 * gib))  # free, total, reserved
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 18 * gib)
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device: 1.0)
+    assert memory.allocatable(torch.device("cuda")) == 102 * gib  # 2 cached + 100 free
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device: 23 / 141)
+    assert memory.allocatable(torch.device("cuda")) == 5 * gib  # 2 cached + (23 - 20) under the cap

@@ -25,7 +25,12 @@ roofline. On the CPU the tiny configuration runs the first two rungs.
 
 The model, its prompt and the reference logits are built once a process and
 shared with :mod:`examples.capstone.fused_decode` (:func:`shared_setup`), and so
-is the ``compile+graph`` rung's captured graph: the layer is compiled once a run.
+are the compiled layers and the ``compile+graph`` rung's captured graph: the
+layer is compiled once a run. Each precision's weights are built once a run too;
+where the GPU has no room for both (a 24 GiB card), the one not in use waits in
+host memory (:meth:`Setup.resident`), so that the whole ladder runs there.
+``--model llama3.2-3b`` or ``llama3.2-1b`` decodes a smaller Llama shape, for a
+GPU of 8 to 16 GiB; the book's figures are the 8B shape's.
 """
 from __future__ import annotations
 
@@ -39,11 +44,12 @@ import torch
 
 from examples.capstone.int8_linear import Int8Weight, int8_chosen_configs, int8_linear, quantized
 from examples.capstone.model import (
-    LLAMA3_8B, TINY, Config, Decoder, StaticCache, Weights, graph_pool_mib, layer_step,
+    MODEL_NAMES, MODELS, TINY, Config, Decoder, StaticCache, Weights, graph_pool_mib, layer_step,
     naive_cache_from, naive_generate, naive_step, prefill, random_weights, rope_tables)
 from examples.capstone.read_roof import reads
 from examples.lab.harness import CheckFailed
 from examples.lab.kernels import gpu_split
+from examples.lab.memory import allocatable
 
 PROMPT = 512  # tokens in the cache before generation starts
 #: Tokens generated per timed sample. At a context of 512 every token costs the
@@ -63,6 +69,29 @@ DECODE_BATCHES = (1, 4, 16, 64)
 #: bf16 steps through 32 layers agree with another summation order to about 2 %
 #: (relative L2); a wrong head or slice is off by 100 %.
 LOGIT_TOLERANCE = 5e-2
+#: The Llama shape both capstone topics decode (``--model``): the book measures the 8B.
+DEFAULT_MODEL = "llama3-8b"
+MODEL = DEFAULT_MODEL
+#: GPU memory a rung needs beside its weights (caches, graphs, the sweeps' batch of 64,
+#: the compiler's scratch): about 2 GiB for the 8B shape on the book's GPUs (each rung's
+#: ``memory_reserved`` less its weights); with room to spare, so that a second set of
+#: weights is only kept on the GPU where it cannot crowd a rung out.
+WORKING_ROOM = 4 * 2**30
+
+
+def add_arguments(parser) -> None:
+    """The topics' own flag (``python -m examples.capstone.decode --model ...``, and the lab's)."""
+    parser.add_argument("--model", choices=list(MODELS), default=DEFAULT_MODEL,
+                        help="the Llama shape to decode: llama3-8b (the book's, 16 GB of bf16 "
+                             "weights, a 24 GiB GPU), llama3.2-3b (6.4 GB, 12 GiB), "
+                             "llama3.2-1b (2.5 GB, 8 GiB)")
+
+
+def configure(args) -> None:
+    global MODEL
+    if MODEL != args.model:
+        release_setup()  # the set-up of another shape is no use any more
+    MODEL = args.model
 
 
 # --8<-- [start:bytes]
@@ -122,11 +151,15 @@ class Setup:
     int8_weights: Weights | None = None
     #: captured rungs the next topic times again instead of compiling them again
     graphs: dict[str, Decoder] = field(default_factory=dict)
+    #: precision -> its compiled layer: one compilation a run serves both topics
+    compiled: dict[str, Callable] = field(default_factory=dict)
+    #: the precisions whose matrices wait in host memory (no room on the GPU for both)
+    parked: set[str] = field(default_factory=set)
 
     @classmethod
     def build(cls, lab) -> Setup:
         full = lab.cuda and not lab.quick
-        config = LLAMA3_8B if full else TINY
+        config = MODELS[MODEL] if full else TINY
         dtype = torch.bfloat16 if lab.cuda else torch.float32
         prompt_len, steps = (PROMPT, STEPS) if full else (16, 4)
         # room past the prompt for a timed sample, the profiled tokens and the int8 comparison
@@ -142,11 +175,49 @@ class Setup:
         reference = prefill(w, torch.cat([prompt, first[:, None]], 1), None, cos, sin)
         return cls(config, dtype, prompt_len, steps, max_len, w, cos, sin, cache, first, reference)
 
-    def int8(self) -> Weights:
-        """The int8 copy of the weights, made the first time a topic asks."""
-        if self.int8_weights is None:
-            self.int8_weights = quantized(self.w)
-        return self.int8_weights
+    def compiled_layer(self, precision: str) -> Callable:
+        """The layer compiled for ``precision`` (its first call compiles it; later ones and
+        the other topic reuse it). Same shapes in every layer: one compilation a precision."""
+        if precision not in self.compiled:
+            self.compiled[precision] = torch.compile(layer_step, dynamic=False)
+        return self.compiled[precision]
+
+    def resident(self, precision: str, forget: Callable[[str], None]) -> Weights:
+        """The weights of ``precision`` ("bf16" or "int8") with their matrices on the GPU.
+        Each precision is built once (int8 from bf16, the first time a topic asks). Where the
+        GPU has no room for the other precision's matrices beside them (and a rung's working
+        room), those wait in host memory: ``forget(other)`` first lets go of every rung built
+        on them (their graphs read the old addresses), then they move."""
+        other = "int8" if precision == "bf16" else "bf16"
+        mine = self.w if precision == "bf16" else self.int8_weights
+        theirs = self.int8_weights if precision == "bf16" else self.w
+        if mine is not None and precision not in self.parked:
+            return mine
+        if mine is None:  # int8, from bf16: its matrices, and quantize()'s fp32 copies of the largest
+            largest = max(m.numel() for m in self.w.linear_weights())
+            need = sum(m.numel() for m in self.w.linear_weights()) + 12 * largest
+        else:
+            need = _matrix_bytes(mine)
+        crowded = (theirs is not None and other not in self.parked
+                   and _room(self.w.embed.device) < need + WORKING_ROOM)
+        if crowded:
+            forget(other)
+            if other == "bf16":
+                self.graphs.clear()
+            _free_cached()
+        if mine is None:
+            self.int8_weights = quantized(self.w, then=(lambda i: _park_part(self.w, i)) if crowded else None)
+            if crowded:
+                self.parked.add("bf16")
+            _free_cached()
+            return self.int8_weights
+        if crowded:
+            _move_matrices(theirs, "cpu")
+            self.parked.add(other)
+            _free_cached()
+        _move_matrices(mine, self.w.embed.device)
+        self.parked.discard(precision)
+        return mine
 
     def fresh_cache(self) -> StaticCache:
         """A cache holding the prompt (each rung writes its own tokens past it)."""
@@ -173,9 +244,44 @@ def shared_setup(lab) -> Setup:
 def release_setup() -> None:
     """Free the shared set-up (16 GB of weights at full size, 24 with the int8 copy)."""
     _SETUP.clear()
+    _free_cached()
+
+
+def _free_cached(device=None) -> None:
     gc.collect()
     if torch.cuda.is_initialized():
         torch.cuda.empty_cache()
+
+
+def _room(device) -> float:
+    """Bytes the GPU could still give this process (the CPU's memory is not counted)."""
+    return allocatable(device) if device.type == "cuda" else float("inf")
+
+
+def _matrix_bytes(w: Weights) -> int:
+    return sum(_nbytes(m) for m in w.linear_weights())
+
+
+def _moved(m, device):
+    return Int8Weight(m.q.to(device), m.scale.to(device)) if isinstance(m, Int8Weight) else m.to(device)
+
+
+def _move_matrices(w: Weights, device) -> None:
+    """Move ``w``'s matrices (what a step multiplies by) to ``device``, in place; the
+    embedding and the norms, which both precisions share, stay."""
+    for i in range(len(w.layers)):
+        _park_part(w, i, device)
+    _park_part(w, -1, device)
+
+
+def _park_part(w: Weights, i: int, device="cpu") -> None:
+    """Layer ``i``'s matrices (``-1``: the head's) to ``device``, in place."""
+    if i >= 0:
+        lay = w.layers[i]
+        w.layers[i] = lay._replace(wqkv=_moved(lay.wqkv, device), wo=_moved(lay.wo, device),
+                                   w13=_moved(lay.w13, device), w2=_moved(lay.w2, device))
+    elif w.output is not w.embed:  # a tied head is the embedding, which stays
+        w.output = _moved(w.output, device)
 
 
 #: Rungs whose captured graph the set-up keeps for capstone.fused_decode's baseline.
@@ -210,9 +316,18 @@ class _Run:
 
     def note_model(self) -> None:
         c = self.config
-        self.lab.note("model", f"{c.layers} layers, hidden {c.hidden}, FFN {c.ffn}, "
+        shape = "" if c is TINY or MODEL == DEFAULT_MODEL else f"{MODEL_NAMES[MODEL]} shape: "
+        self.lab.note("model", f"{shape}{c.layers} layers, hidden {c.hidden}, FFN {c.ffn}, "
                                f"{c.heads} query / {c.kv_heads} KV heads, vocabulary {c.vocab}, "
                                f"{str(self.dtype).removeprefix('torch.')}, random weights")
+        if self.setup.parked:
+            self.lab.note("weights parked in host memory", "no room on this GPU for both precisions: "
+                          "the one not in use waited in host memory")
+
+    def forget(self, precision: str) -> None:
+        """Let go of every rung built on ``precision``'s weights (before they move)."""
+        for rung in [r for r in self.graphed if r.startswith("int8") == (precision == "int8")]:
+            del self.graphed[rung]
 
     # -- the memory roofs of this run ----------------------------------------------
     def roofs(self) -> None:
@@ -256,7 +371,7 @@ class _Run:
 
     # -- the ladder -----------------------------------------------------------------
     def ladder(self) -> None:
-        lab, w = self.lab, self.w
+        lab, w = self.lab, self.setup.resident("bf16", self.forget)
         first_int = int(self.first.item())
         naive_prefix = naive_cache_from(self.setup.cache, self.prompt_len)
         lab.check("eager step equals the whole-sequence forward",
@@ -271,7 +386,7 @@ class _Run:
             self._guarded("static+graph", lambda: rungs.update(
                 {"static+graph": self.rung(self.captured("static+graph", self.decoder(w)))}))
             # One compiled function for all 32 layers: same shapes, so one compilation.
-            compiled_layer = torch.compile(layer_step, dynamic=False)
+            compiled_layer = self.setup.compiled_layer("bf16")
             self._guarded("compile", lambda: rungs.update(
                 {"compile": self.rung(self._compiled(compiled_layer))}))
             self._guarded("compile+graph", lambda: rungs.update({"compile+graph": self.rung(
@@ -280,18 +395,19 @@ class _Run:
         self.time_rungs(rungs, baseline="eager", speedup_metric="speedup_over_eager")
 
     def int8_rungs(self) -> None:
-        wq = self.setup.int8()
+        trace = self.bf16_trace(self.graphed["static+graph"]) if "static+graph" in self.graphed else None
+        wq = self.setup.resident("int8", self.forget)
         rungs = {}
         self._guarded("int8+graph", lambda: rungs.update({"int8+graph": self.rung(self.captured(
             "int8+graph", self.decoder(wq, linear=int8_linear), "int8"))}))
-        compiled_layer = torch.compile(layer_step, dynamic=False)
+        compiled_layer = self.setup.compiled_layer("int8")
         self._guarded("int8 compile+graph", lambda: rungs.update({"int8 compile+graph": self.rung(
             self.captured("int8 compile+graph", self.decoder(wq, layer_fn=compiled_layer,
                                                              linear=int8_linear), "int8"))}))
         if rungs:
             self.time_rungs(rungs, precision="int8")
-        if "static+graph" in self.graphed and "int8+graph" in self.graphed:
-            self.int8_quality("int8+graph", self.graphed["static+graph"], self.graphed["int8+graph"])
+        if trace and "int8+graph" in self.graphed:
+            self.int8_quality("int8+graph", trace, self.graphed["int8+graph"])
         self.lab.note("int8 blocks the autotuner kept", int8_chosen_configs())
 
     # -- building the rungs -----------------------------------------------------------
@@ -349,18 +465,28 @@ class _Run:
         return Rung(dec.w, generate, one_token=lambda: dec.generate(1),
                     rewind=lambda: dec.reset(self.first))
 
-    def int8_quality(self, rung: str, bf16: Decoder, int8: Decoder) -> None:
-        """Teacher-forced: int8 is fed the bf16 model's tokens and their logits compared.
-        Each decoder steps as it was built to (its graph's replay, or its step)."""
+    def bf16_trace(self, bf16: Decoder) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The bf16 model's next :data:`QUALITY_TOKENS` steps from the first token: the token
+        each step was fed and the logits it gave, kept for the int8 comparison (so that the
+        bf16 weights may leave the GPU before the int8 ones come)."""
         bf16.reset(self.first)
-        int8.reset(self.first)
-        errors, agree = [], 0
+        trace = []
         for _ in range(QUALITY_TOKENS):
             fed = bf16.tokens.clone()
             bf16.generate(1)
+            trace.append((fed, bf16.logits.double()))
+        return trace
+
+    def int8_quality(self, rung: str, trace: list[tuple[torch.Tensor, torch.Tensor]], int8: Decoder) -> None:
+        """Teacher-forced: int8 is fed the bf16 model's tokens (``trace``, from
+        :meth:`bf16_trace`) and their logits compared. Each decoder steps as it was built to
+        (its graph's replay, or its step)."""
+        int8.reset(self.first)
+        errors, agree = [], 0
+        for fed, ref in trace:
             int8.tokens.copy_(fed)
             int8.generate(1)
-            ref, got = bf16.logits.double(), int8.logits.double()
+            got = int8.logits.double()
             errors.append(((got - ref).norm() / ref.norm()).item())
             agree += int((got.argmax(-1) == ref.argmax(-1)).all().item())
         case = self._case(rung, "int8")

@@ -9,7 +9,8 @@ captured as CUDA graphs, at batch 1:
 * ``compile+graph``: the regional compile of Chapter 9's best rung, as the
   baseline: the very graph :mod:`examples.capstone.decode` captured when it
   ran just before in the same process (compiled once a run), timed again
-  here; captured anew when this topic runs alone;
+  here; captured anew (from the same compiled layer) when this topic runs
+  alone or the bf16 weights had to leave the GPU for the int8 ones;
 * ``coordinate-descent+graph``: the same layer compiled with Inductor's
   coordinate-descent tuning, the setting gpt-fast decodes with: under it
   Inductor turns every matrix-vector product into a reduction of its own,
@@ -38,7 +39,8 @@ import torch
 import torch.nn.functional as F
 
 from examples.capstone import fused
-from examples.capstone.decode import LOGIT_TOLERANCE, _Run, release_setup, start
+from examples.capstone.decode import (LOGIT_TOLERANCE, _Run, add_arguments, configure,  # noqa: F401 - its flag
+                                     release_setup, start)
 from examples.capstone.fused import FusedDecoder
 from examples.capstone.model import graphed, layer_step
 from examples.lab.kernels import gpu_split
@@ -69,18 +71,22 @@ def _measure(lab, run: _Run) -> None:
         run.check_decoder("fused step (PyTorch twin)", dec)
         run.time_rungs({"fused step (PyTorch twin)": run.rung(dec)})
         return
+    w = run.setup.resident("bf16", run.forget)
     rungs = {}
     run._guarded("compile+graph", lambda: rungs.update({"compile+graph": run.rung(_compiled(run))}))
     run._guarded(INDUCTOR, lambda: rungs.update({INDUCTOR: _coordinate_descent(run)}))
-    rungs["book kernels+graph"] = run.rung(_fused(run, "book kernels+graph", run.w))
+    rungs["book kernels+graph"] = run.rung(_fused(run, "book kernels+graph", w))
     with fused.pdl(False):  # PDL is a launch option: off while these kernels are captured
-        rungs[NO_PDL] = run.rung(_fused(run, NO_PDL, run.w))
+        rungs[NO_PDL] = run.rung(_fused(run, NO_PDL, w))
     # PDL's share is what the page reads off the book's two rungs: a paired ratio.
     run.time_rungs(rungs, baseline=NO_PDL, speedup_metric="speedup_over_no_pdl")
-    int8 = _fused(run, "int8 book kernels+graph", run.setup.int8(), precision="int8")
-    run.time_rungs({"int8 book kernels+graph": run.rung(int8)}, precision="int8")
-    run.int8_quality("int8 book kernels+graph", run.graphed["book kernels+graph"], int8)
     _top_kernels(run, run.graphed["book kernels+graph"], "book kernels+graph")
+    trace = run.bf16_trace(run.graphed["book kernels+graph"])
+    rungs.clear()  # their closures hold the bf16 decoders, which may have to go for the int8 weights
+    del w
+    int8 = _fused(run, "int8 book kernels+graph", run.setup.resident("int8", run.forget), precision="int8")
+    run.time_rungs({"int8 book kernels+graph": run.rung(int8)}, precision="int8")
+    run.int8_quality("int8 book kernels+graph", trace, int8)
     if not lab.quick:
         matvec_table(lab, run.gbs, run.read_gbs)
     # After the table, so that its plain products' choices are in the note too.
@@ -92,8 +98,7 @@ def _compiled(run: _Run):
     (the same compiled layer, checked again here), or captured now."""
     dec = run.setup.graphs.get("compile+graph")
     if dec is None:
-        return run.captured("compile+graph", run.decoder(
-            run.w, layer_fn=torch.compile(layer_step, dynamic=False)))
+        return run.captured("compile+graph", run.decoder(run.w, layer_fn=run.setup.compiled_layer("bf16")))
     dec.reset(run.first)
     dec.graph.replay()
     run.lab.check("compile+graph equals the whole-sequence forward (decode's graph)",

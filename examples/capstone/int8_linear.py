@@ -13,7 +13,7 @@ its launch; on the CPU the operator runs the same arithmetic in PyTorch.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -42,11 +42,21 @@ def quantize(w: torch.Tensor) -> Int8Weight:
 # --8<-- [end:quantize]
 
 
-def quantized(w: Weights) -> Weights:
-    """The same model with every matrix a step multiplies by in int8."""
-    layers = [Layer(lay.attn_norm, quantize(lay.wqkv), quantize(lay.wo), lay.ffn_norm,
-                    quantize(lay.w13), quantize(lay.w2)) for lay in w.layers]
-    return Weights(w.config, w.embed, layers, w.norm, quantize(w.output))
+def quantized(w: Weights, then: Callable[[int], None] | None = None) -> Weights:
+    """The same model with every matrix a step multiplies by in int8 (the embedding and
+    the norms stay shared). ``then(i)`` runs once layer ``i``'s int8 copy exists, and
+    ``then(-1)`` after the head's: where the GPU has no room for both models, the caller
+    moves those bf16 matrices out there, so that the two never sit on it whole."""
+    layers = []
+    for i, lay in enumerate(w.layers):
+        layers.append(Layer(lay.attn_norm, quantize(lay.wqkv), quantize(lay.wo), lay.ffn_norm,
+                            quantize(lay.w13), quantize(lay.w2)))
+        if then:
+            then(i)
+    output = quantize(w.output)
+    if then:
+        then(-1)
+    return Weights(w.config, w.embed, layers, w.norm, output)
 
 
 def autotune_bench(kernel_call, quantiles):

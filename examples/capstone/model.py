@@ -37,6 +37,9 @@ class Config:
     head_dim: int = 128
     rope_theta: float = 500000.0
     norm_eps: float = 1e-5
+    #: the output head is the embedding matrix (Llama 3.2 1B and 3B): one matrix fewer to hold,
+    #: the same bytes a step reads (the head reads all of it, the embedding one row)
+    tied: bool = False
 
     @property
     def qkv_rows(self) -> int:  # q, k and v projections stacked
@@ -45,6 +48,10 @@ class Config:
 
 LLAMA3_8B = Config()
 # --8<-- [end:config]
+#: Smaller Llama shapes for smaller GPUs (``--model``), from the ``config.json`` of
+#: meta-llama/Llama-3.2-3B and meta-llama/Llama-3.2-1B on the Hugging Face Hub.
+LLAMA32_3B = Config(layers=28, hidden=3072, ffn=8192, heads=24, kv_heads=8, tied=True)
+LLAMA32_1B = Config(layers=16, hidden=2048, ffn=8192, heads=32, kv_heads=8, head_dim=64, tied=True)
 #: The same code at a size two CPU cores run in a second.
 TINY = Config(layers=2, hidden=64, ffn=160, heads=4, kv_heads=2, vocab=512, head_dim=16)
 
@@ -91,6 +98,9 @@ def random_weights(config: Config, device, dtype=torch.bfloat16, seed: int = 0) 
               ones(), mat(2 * c.ffn, c.hidden), mat(c.hidden, c.ffn))
         for _ in range(c.layers)
     ]
+    if c.tied:  # one matrix for both ends, scaled as a head: an embedding row stays O(1) after RMSNorm
+        embed = mat(c.vocab, c.hidden)
+        return Weights(c, embed, layers, ones(), embed)
     embed = torch.randn(c.vocab, c.hidden, device=device, dtype=dtype, generator=g)
     return Weights(c, embed, layers, ones(), mat(c.vocab, c.hidden))
 
@@ -337,7 +347,11 @@ def naive_cache_from(cache: StaticCache, length: int) -> list:
 
 
 # -- command line: the shapes of a configuration, no weights allocated ------------------
-CONFIGS = {"llama3-8b": LLAMA3_8B, "tiny": TINY}
+#: The Llama shapes a reader may decode (``--model``), largest first, and the CPU's.
+MODELS = {"llama3-8b": LLAMA3_8B, "llama3.2-3b": LLAMA32_3B, "llama3.2-1b": LLAMA32_1B}
+#: How a record names each shape.
+MODEL_NAMES = {"llama3-8b": "Llama 3 8B", "llama3.2-3b": "Llama 3.2 3B", "llama3.2-1b": "Llama 3.2 1B"}
+CONFIGS = {**MODELS, "tiny": TINY}
 EXAMPLE_ARGV = ["--config", "llama3-8b"]
 
 

@@ -164,6 +164,10 @@ def _run(args) -> int:
     return 1 if failures else 0
 
 
+#: ``--model``: the keys of ``examples/capstone/model.MODELS`` (a test holds them equal), written
+#: out so that ``--help`` answers without importing torch.
+MODEL_CHOICES = ("llama3-8b", "llama3.2-3b", "llama3.2-1b")
+
 #: The exit status of a run stopped by Ctrl-C (SIGINT), as a shell reports it: 128 + 2.
 EXIT_INTERRUPTED = 130
 
@@ -219,10 +223,15 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
         if missing:
             skipped.append(f"{topic}: {missing}")
             continue
+        model = args.model if hasattr(module, "configure") else None
+        if model:
+            module.configure(args)
         room = memory.available(device, args.memory_limit) if device.type == "cuda" else None
-        too_big = None if room is None or args.quick else memory.does_not_fit(needs.get(topic), room, gpu)
+        need = needs.get(memory.need_key(topic, model))
+        too_big = None if room is None or args.quick else memory.does_not_fit(need, room, gpu)
         if too_big:
-            skipped.append(f"{topic}: {too_big}")
+            smaller = memory.smaller_model_that_fits(topic, needs, room) if hasattr(module, "configure") else None
+            skipped.append(f"{topic}: {too_big}{smaller or ''}")
             continue
         watching = device.type == "cuda" and not args.quick and memory.PeakWatch.wanted()
         watch = memory.PeakWatch() if watching else contextlib.nullcontext()
@@ -245,7 +254,7 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
             continue
         except Exception as exc:  # noqa: BLE001 - any error of one topic is its one line; the others run
             if device.type == "cuda" and memory.is_out_of_memory(exc):
-                failures.append(f"{topic}: {memory.out_of_memory_line(exc, needs.get(topic), room, gpu)}")
+                failures.append(f"{topic}: {memory.out_of_memory_line(exc, need, room, gpu)}")
                 exc.__traceback__ = None  # its frames hold the failed topic's tensors
                 _free_memory(device)  # what the failed topic left is garbage now: the next topics run
                 continue
@@ -256,7 +265,7 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
         finally:
             _release_shared(module, topics, topic)
         if watching:
-            _report_peak(topic, watch.peak, gpu)
+            _report_peak(memory.need_key(topic, model), watch.peak, gpu, args.memory_limit)
         try:
             written.append((write_record(args.out, record), record.run.wall_s))
         except RecordError as exc:  # a figure the loader would refuse is never written
@@ -283,10 +292,11 @@ def _free_memory(device) -> None:
         pass
 
 
-def _report_peak(topic: str, peak: int | None, gpu: str) -> None:
+def _report_peak(topic: str, peak: int | None, gpu: str, limit_gib: float | None) -> None:
     """The GPU memory a topic took (``examples/lab/memory.py``), measured only where
     ``LAB_MEMORY_PEAKS`` names a file: one JSON line appended to it (how the book's table of
-    needs is made: ``python -m examples.lab.memory FILE ...``), and a trace line."""
+    needs is made: ``python -m examples.lab.memory FILE ...``), and a trace line. A run under
+    ``--memory-limit`` says so: a topic that parks what it can took less there."""
     import json
 
     from examples.lab.memory import gib
@@ -295,8 +305,11 @@ def _report_peak(topic: str, peak: int | None, gpu: str) -> None:
         return
     if os.environ.get("LAB_TRACE") == "1":
         print(f"[lab] {topic} took {gib(peak)} of GPU memory at its peak", file=sys.stderr, flush=True)
+    line = {"topic": topic, "peak_bytes": peak, "gpu": gpu}
+    if limit_gib is not None:
+        line["limit_gib"] = limit_gib
     with open(os.environ["LAB_MEMORY_PEAKS"], "a") as out:  # set: PeakWatch.wanted() said so
-        out.write(json.dumps({"topic": topic, "peak_bytes": peak, "gpu": gpu}) + "\n")
+        out.write(json.dumps(line) + "\n")
 
 
 def _freeze_imported(topics: list[str]) -> None:
@@ -568,6 +581,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--memory-limit", type=positive(float), default=None, metavar="GIB",
                      help="act as a GPU with this much memory: cap torch's allocator and skip "
                           "the topics that need more")
+    run.add_argument("--model", choices=MODEL_CHOICES, default=None,
+                     help="the Llama shape Chapter 9's topics decode (default: llama3-8b, the "
+                          "book's; llama3.2-3b for a 12-16 GiB GPU, llama3.2-1b for 8 GiB)")
     run.set_defaults(handler=_run)
     validate = sub.add_parser("validate", help="check every record under a folder")
     validate.add_argument("dir", type=Path, metavar="DIR")

@@ -149,7 +149,11 @@ def run_example(module: ModuleType, argv: list[str] | None = None) -> int:
                         help="where to run (default: the GPU if there is one)")
     parser.add_argument("--quick", action="store_true", help="small sizes and few repetitions, for CI")
     add_json_flag(parser, "the record (results with provenance)")
+    if hasattr(module, "add_arguments"):  # a topic's own flags (Chapter 9's --model)
+        module.add_arguments(parser)
     args = parser.parse_args(argv)
+    if hasattr(module, "configure"):
+        module.configure(args)
 
     device = resolve_device(args.device, needs_cuda=requires_cuda(module), prog=prog)
     if device is None:

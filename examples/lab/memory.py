@@ -68,6 +68,19 @@ def available(device, limit_gib: float | None = None) -> float:
     return max(room, 0)
 
 
+def allocatable(device) -> int:
+    """Bytes this process's allocator could still hand out on ``device`` now: its own cached
+    blocks, plus what the GPU has free, within ``--memory-limit``'s cap where one is set
+    (a topic that can park what it holds asks this before it builds more)."""
+    import torch
+
+    free, total, reserved = _usage(device)
+    cached = reserved - torch.cuda.memory_allocated(device)
+    # torch 2.8 and later say the cap they were given; before, only a cap of ours is set
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", lambda _device: 1.0)(device)
+    return max(cached + min(free, int(fraction * total) - reserved), 0)
+
+
 def cap_allocator(device, limit_gib: float) -> None:
     """``--memory-limit``: this process's allocator may hold at most ``limit_gib`` less what the
     card holds beside it (this process's CUDA context, other processes), as on a card of that
@@ -239,24 +252,62 @@ def _visible_uuids() -> list[str]:
 
 def table(lines: list[dict]) -> dict:
     """The needs table from the runner's peak lines (``LAB_MEMORY_PEAKS``): per topic, its
-    largest peak over every run and GPU, rounded up to a tenth of a GiB.
+    largest peak over every run and GPU, rounded up to a tenth of a GiB. Where a topic ran
+    under ``--memory-limit`` (a line with ``limit_gib``), only those runs count: a topic that
+    parks what it can (Chapter 9's) takes less on a small card than on a large one, and what
+    it needs is what it took there.
 
     >>> table([{"topic": "a.b", "peak_bytes": 1.23 * 2**30, "gpu": "NVIDIA H100"},
     ...        {"topic": "a.b", "peak_bytes": 1.31 * 2**30, "gpu": "NVIDIA H200"}])["topics"]
     {'a.b': {'gib': 1.4, 'runs': 2, 'gpus': ['NVIDIA H100', 'NVIDIA H200']}}
+    >>> table([{"topic": "c.d", "peak_bytes": 30.2 * 2**30, "gpu": "NVIDIA H200"},
+    ...        {"topic": "c.d", "peak_bytes": 20.5 * 2**30, "gpu": "NVIDIA H200", "limit_gib": 24}])["topics"]
+    {'c.d': {'gib': 20.5, 'runs': 1, 'gpus': ['NVIDIA H200'], 'memory_limit_gib': 24}}
     """
     import math
 
+    limited = {line["topic"] for line in lines if line.get("limit_gib") is not None}
     topics: dict[str, dict] = {}
     for line in lines:
+        if line["topic"] in limited and line.get("limit_gib") is None:
+            continue
         entry = topics.setdefault(line["topic"], {"gib": 0.0, "runs": 0, "gpus": []})
         entry["gib"] = max(entry["gib"], math.ceil(round(line["peak_bytes"] / GIB * 10, 6)) / 10)
         entry["runs"] += 1
         if line["gpu"] not in entry["gpus"]:
             entry["gpus"].append(line["gpu"])
+        if line.get("limit_gib") is not None:
+            entry["memory_limit_gib"] = max(entry.get("memory_limit_gib", 0), line["limit_gib"])
     return {"about": "GiB of GPU memory each topic took at its peak, per GPU, the largest of the "
-                     "runs listed (examples/lab/memory.py); the runner skips a topic a GPU cannot fit",
+                     "runs listed (under --memory-limit where a topic was run so; "
+                     "examples/lab/memory.py); the runner skips a topic a GPU cannot fit",
             "topics": dict(sorted(topics.items()))}
+
+
+def need_key(topic: str, model: str | None) -> str:
+    """A topic's row in the needs table: Chapter 9's topics have one per Llama shape (``--model``).
+
+    >>> need_key("capstone.decode", None), need_key("capstone.decode", "llama3.2-1b")
+    ('capstone.decode', 'capstone.decode@llama3.2-1b')
+    """
+    return topic if model in (None, "llama3-8b") else f"{topic}@{model}"
+
+
+def smaller_model_that_fits(topic: str, needs: dict[str, float], room: float) -> str | None:
+    """For a topic with a choice of model that did not fit: the largest smaller shape that
+    does, as the flag to run it with (the runner adds it to the skip line).
+
+    >>> needs = {"t@llama3.2-3b": 9.6, "t@llama3.2-1b": 4.2}
+    >>> smaller_model_that_fits("t", needs, 11.5 * 2**30)
+    '; with --model llama3.2-3b it needs 10.1 GiB'
+    >>> smaller_model_that_fits("t", needs, 3 * 2**30) is None
+    True
+    """
+    for model in ("llama3.2-3b", "llama3.2-1b"):
+        need = needs.get(need_key(topic, model))
+        if need is not None and (need + MARGIN_GIB) * GIB <= room:
+            return f"; with --model {model} it needs {gib((need + MARGIN_GIB) * GIB)}"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
