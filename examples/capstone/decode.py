@@ -583,7 +583,7 @@ class _Run:
 
     # -- prefill and decode on the roofline ----------------------------------------
     def prefill_sweep(self) -> None:
-        c, w = self.config, self.w
+        c, w = self.config, self.setup.resident("bf16", self.forget)
         params = sum(_nbytes(m) for m in w.linear_weights()) / w.embed.element_size()
         for length in PREFILL_LENGTHS:
             prompt = torch.randint(0, c.vocab, (1, length), device=self.lab.device)
@@ -597,7 +597,7 @@ class _Run:
             self._roofline_point(case, flops, nbytes, t.median)
 
     def batch_sweep(self) -> None:
-        c, w = self.config, self.w
+        c, w = self.config, self.setup.resident("bf16", self.forget)
         params = sum(_nbytes(m) for m in w.linear_weights()) / w.embed.element_size()
         for batch in DECODE_BATCHES:
             cache = StaticCache.empty(c, batch, self.max_len, self.lab.device, self.dtype)
