@@ -293,11 +293,56 @@ release = release_setup
 
 
 def start(lab) -> _Run:
-    """Both topics' first steps: the shared set-up, and this run's copy bandwidth and read
-    roof (each record carries the roofs its fractions are taken against)."""
+    """Both topics' first steps: this run's copy bandwidth and read roof (each record carries
+    the roofs its fractions are taken against), then the shared set-up. The roofs come
+    first, so that where this topic builds the weights their 4 GiB of buffers are gone
+    before the weights come: the 1B shape's whole ladder then fits an 8 GiB card."""
+    roofs = measure_roofs(lab)
     run = _Run(lab, shared_setup(lab))
-    run.roofs()
+    run.gbs, run.read_gbs = roofs
     return run
+
+
+# -- the memory roofs of this run ------------------------------------------------------
+def measure_roofs(lab) -> tuple[float, float]:
+    """The two denominators of every fraction these topics report, measured in
+    this run: the copy bandwidth (``dst.copy_(src)``, read + write bytes over the
+    time) and the read roof (the best of :mod:`examples.capstone.read_roof`'s
+    streaming reads of the same 2 GiB). A decode step only reads, and a read
+    outruns a copy by a few per cent on these GPUs, so a fraction of the copy can
+    pass 1; a fraction of the read roof is the one that says how close a step is
+    to what this memory delivers. All are timed in the same interleaved rounds by
+    the GPU's own kernel durations (a Triton launch's host time would otherwise
+    count against the reads alone), each read checked against a float64 sum first."""
+    count = (1 << 30) if lab.cuda and not lab.quick else (1 << 22)  # bf16: 2 GiB on a GPU
+    nbytes = 2 * count
+    src = torch.rand(count, dtype=torch.bfloat16, device=lab.device)
+    dst = torch.empty_like(src)
+    exact = sum(chunk.double().sum() for chunk in src.split(1 << 26))
+    variants = {"copy": lambda: dst.copy_(src)}
+    for name, read in reads(src).items():
+        lab.check(f"read roof, {name}: sum of the bf16 values", read().double().sum(), exact,
+                  tolerance=1e-5)
+        variants[name] = read
+    times = lab.compare_rows(
+        variants, {name: ({"part": "copy" if name == "copy" else f"read, {name}"}, "time")
+                   for name in variants}, timer="kernel")
+    gbs = {name: (2 if name == "copy" else 1) * nbytes / (t.median * 1e-6) / 1e9
+           for name, t in times.items()}
+    copy = gbs.pop("copy")
+    best = max(gbs, key=gbs.get)
+    read_roof = gbs[best]
+    lab.value(case={"part": "copy"}, metric="bandwidth", value=copy, unit="GB/s")
+    for name, value in gbs.items():
+        lab.value(case={"part": f"read, {name}"}, metric="bandwidth", value=value, unit="GB/s")
+    lab.value(case={"part": "read roof"}, metric="read_roof", value=read_roof, unit="GB/s")
+    lab.note("read roof", f"{best}, {nbytes / 2**30:g} GiB of bf16")
+    variants.clear()  # the closures hold the 4 GiB of buffers: give them back before the ladder
+    del src, dst
+    if lab.cuda:
+        torch.cuda.empty_cache()
+    return copy, read_roof
+
 
 
 class _Run:
@@ -328,46 +373,6 @@ class _Run:
         """Let go of every rung built on ``precision``'s weights (before they move)."""
         for rung in [r for r in self.graphed if r.startswith("int8") == (precision == "int8")]:
             del self.graphed[rung]
-
-    # -- the memory roofs of this run ----------------------------------------------
-    def roofs(self) -> None:
-        """The two denominators of every fraction these topics report, measured in
-        this run: the copy bandwidth (``dst.copy_(src)``, read + write bytes over the
-        time) and the read roof (the best of :mod:`examples.capstone.read_roof`'s
-        streaming reads of the same 2 GiB). A decode step only reads, and a read
-        outruns a copy by a few per cent on these GPUs, so a fraction of the copy can
-        pass 1; a fraction of the read roof is the one that says how close a step is
-        to what this memory delivers. All are timed in the same interleaved rounds by
-        the GPU's own kernel durations (a Triton launch's host time would otherwise
-        count against the reads alone), each read checked against a float64 sum first."""
-        lab = self.lab
-        count = (1 << 30) if lab.cuda and not lab.quick else (1 << 22)  # bf16: 2 GiB on a GPU
-        nbytes = 2 * count
-        src = torch.rand(count, dtype=torch.bfloat16, device=lab.device)
-        dst = torch.empty_like(src)
-        exact = sum(chunk.double().sum() for chunk in src.split(1 << 26))
-        variants = {"copy": lambda: dst.copy_(src)}
-        for name, read in reads(src).items():
-            lab.check(f"read roof, {name}: sum of the bf16 values", read().double().sum(), exact,
-                      tolerance=1e-5)
-            variants[name] = read
-        times = lab.compare_rows(
-            variants, {name: ({"part": "copy" if name == "copy" else f"read, {name}"}, "time")
-                       for name in variants}, timer="kernel")
-        gbs = {name: (2 if name == "copy" else 1) * nbytes / (t.median * 1e-6) / 1e9
-               for name, t in times.items()}
-        self.gbs = gbs.pop("copy")
-        best = max(gbs, key=gbs.get)
-        self.read_gbs = gbs[best]
-        lab.value(case={"part": "copy"}, metric="bandwidth", value=self.gbs, unit="GB/s")
-        for name, value in gbs.items():
-            lab.value(case={"part": f"read, {name}"}, metric="bandwidth", value=value, unit="GB/s")
-        lab.value(case={"part": "read roof"}, metric="read_roof", value=self.read_gbs, unit="GB/s")
-        lab.note("read roof", f"{best}, {nbytes / 2**30:g} GiB of bf16")
-        variants.clear()  # the closures hold the 4 GiB of buffers: give them back before the ladder
-        del src, dst
-        if lab.cuda:
-            torch.cuda.empty_cache()
 
     # -- the ladder -----------------------------------------------------------------
     def ladder(self) -> None:
