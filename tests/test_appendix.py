@@ -269,6 +269,13 @@ def test_the_memory_column_shows_each_topic_s_peak_and_a_dash_where_the_table_ha
     other = generated.seconds(fixtures, "nvidia-h200", needs={"another.topic": needs["fixture.launch"]})
     assert _cells(other, "`fixture.launch`")[-1] == "—"
     assert generated.MEMORY_HEADER not in generated.seconds(fixtures, "nvidia-h200", needs={})
+    # A topic that parks what it can is measured capped; its smaller shapes (--model) follow it.
+    capped = {"fixture.launch": {"gib": 21.0, "runs": 1, "gpus": ["NVIDIA H200"], "memory_limit_gib": 24.0},
+              "fixture.launch@llama3.2-1b": {"gib": 5.2, "runs": 1, "gpus": ["NVIDIA H200"], "memory_limit_gib": 8.0}}
+    *_, peak = _cells(generated.seconds(fixtures, "nvidia-h200", needs=capped), "`fixture.launch`")
+    assert peak.startswith('<span title="the largest peak of 1 run on NVIDIA H200, per GPU, capped at 24 GiB')
+    assert peak.endswith('21.0 GiB</span><br>llama3.2-1b: <span title="the largest peak of 1 run on NVIDIA H200, '
+                         'per GPU, capped at 8 GiB (the topic keeps less on the GPU when it must)">5.2 GiB</span>')
 
 
 def _run(m, topic, run_id, seconds, *, stale=False):
@@ -332,7 +339,7 @@ def test_the_book_says_what_one_all_costs_on_each_of_its_gpus(book):
     for group in loaded.groups:
         if group.is_gpu and not group.multi_gpu:
             row = next(line for line in single.splitlines() if f"[`{group.topic}`]" in line)
-            assert row.endswith(f'{needs[group.topic]["gib"]:.1f} GiB</span> |'), row
+            assert row.endswith(" |") and f'{needs[group.topic]["gib"]:.1f} GiB</span>' in row.rsplit(" | ", 1)[1], row
     assert "<!-- lab:generated seconds -->" in (REPO / "docs" / "appendix-records" / "index.md").read_text(encoding="utf-8")
 
 

@@ -281,9 +281,20 @@ def _memory_cell(topic: str, needs: dict[str, dict]) -> str:
     entry = needs.get(topic)
     if entry is None:
         return "—"
+    cell = _memory_span(entry)
+    # Chapter 9's smaller Llama shapes (``--model``), each its own row of the table: topic@model
+    smaller = [(key.split("@", 1)[1], e) for key, e in needs.items() if key.startswith(f"{topic}@")]
+    if smaller:
+        cell += "<br>" + "<br>".join(f"{model}: {_memory_span(e)}" for model, e in smaller)
+    return cell
+
+
+def _memory_span(entry: dict) -> str:
     where = ", ".join(entry.get("gpus", ())) or "the book's GPUs"
-    title = html.escape(f"the largest peak of {plural(int(entry.get('runs', 1)), 'run')} on {where}, per GPU")
-    return f'<span title="{title}">{float(entry["gib"]):.1f} GiB</span>'
+    title = f"the largest peak of {plural(int(entry.get('runs', 1)), 'run')} on {where}, per GPU"
+    if entry.get("memory_limit_gib"):
+        title += f", capped at {entry['memory_limit_gib']:g} GiB (the topic keeps less on the GPU when it must)"
+    return f'<span title="{html.escape(title)}">{float(entry["gib"]):.1f} GiB</span>'
 
 
 def _seconds_table(groups: Sequence[Group], order: Callable[[Group], tuple], total: str,
