@@ -377,6 +377,34 @@ def test_with_no_room_for_both_precisions_the_idle_one_waits_in_host_memory(monk
     assert len(crowded) == 2 and crowded == roomy
 
 
+def test_the_roofs_buffers_send_the_weights_to_host_memory_only_where_there_is_no_room(monkeypatch):
+    """capstone.fused_decode measures its roofs (4 GiB of buffers) after capstone.decode left
+    the weights on the GPU: on a small card both precisions wait in host memory meanwhile,
+    the graph kept for the next topic goes first (it reads their addresses), and the next
+    rung brings back only the precision it uses. With room, nothing moves."""
+    from examples.capstone import decode
+    from examples.lab.harness import Lab
+
+    for room, parked in ((0.0, {"bf16", "int8"}), (float("inf"), set())):
+        monkeypatch.setattr(decode, "_room", lambda device, room=room: room)
+        decode.release_setup()
+        lab = Lab(torch.device("cpu"), quick=True)
+        try:
+            run = decode.start(lab)
+            setup = run.setup
+            setup.resident("int8", run.forget)
+            setup.graphs["compile+graph"] = run.decoder(setup.w)
+            setup.parked.clear()  # as on a GPU with room for both, until the roofs come
+            setup.make_room(decode.ROOF_BYTES)
+            assert setup.parked == parked
+            assert ("compile+graph" in setup.graphs) == (not parked)
+            assert setup.resident("bf16", run.forget) is setup.w
+            assert setup.parked == parked - {"bf16"}
+        finally:
+            lab.load.stop()
+            decode.release_setup()
+
+
 def test_the_smaller_llama_shapes_are_the_published_ones_and_the_lab_offers_each():
     from examples.capstone.model import MODELS
     from examples.capstone.speed_of_light import weight_count

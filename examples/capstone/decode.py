@@ -219,6 +219,20 @@ class Setup:
         self.parked.discard(precision)
         return mine
 
+    def make_room(self, nbytes: int) -> None:
+        """Where the GPU could not give ``nbytes`` more, move every precision's matrices to
+        host memory (the graphs kept for the next topic read them: they go first); the rungs
+        that follow bring back the precision they use (:meth:`resident`)."""
+        if _room(self.w.embed.device) >= nbytes:
+            return
+        self.graphs.clear()
+        for precision, w in (("bf16", self.w), ("int8", self.int8_weights)):
+            if w is not None and precision not in self.parked:
+                _free_cached()
+                _move_matrices(w, "cpu")
+                self.parked.add(precision)
+        _free_cached()
+
     def fresh_cache(self) -> StaticCache:
         """A cache holding the prompt (each rung writes its own tokens past it)."""
         cache = StaticCache.empty(self.config, 1, self.max_len, self.cache.keys[0].device, self.dtype)
@@ -234,11 +248,15 @@ _SETUP: dict[tuple, Setup] = {}
 def shared_setup(lab) -> Setup:
     """The set-up for ``lab``'s device and sizes, built once a process: the runner runs
     capstone.decode and capstone.fused_decode one after the other, and both start here."""
-    key = (str(lab.device), torch.bfloat16 if lab.cuda else torch.float32, lab.quick)
+    key = _setup_key(lab)
     if key not in _SETUP:
         release_setup()  # another device or size: free the one held first
         _SETUP[key] = Setup.build(lab)
     return _SETUP[key]
+
+
+def _setup_key(lab) -> tuple:
+    return str(lab.device), torch.bfloat16 if lab.cuda else torch.float32, lab.quick
 
 
 def release_setup() -> None:
@@ -295,8 +313,13 @@ release = release_setup
 def start(lab) -> _Run:
     """Both topics' first steps: this run's copy bandwidth and read roof (each record carries
     the roofs its fractions are taken against), then the shared set-up. The roofs come
-    first, so that where this topic builds the weights their 4 GiB of buffers are gone
-    before the weights come: the 1B shape's whole ladder then fits an 8 GiB card."""
+    first, so that their 4 GiB of buffers never sit beside the weights: where this topic
+    builds the weights, the buffers are gone before the weights come; where the other topic
+    left them on a GPU without room for the buffers too, they wait in host memory meanwhile.
+    The 1B shape's whole ladder then fits an 8 GiB card."""
+    kept = _SETUP.get(_setup_key(lab))
+    if kept is not None and lab.cuda and not lab.quick:
+        kept.make_room(ROOF_BYTES + 2**30)  # the buffers, and the check's float64 chunks
     roofs = measure_roofs(lab)
     run = _Run(lab, shared_setup(lab))
     run.gbs, run.read_gbs = roofs
@@ -304,6 +327,10 @@ def start(lab) -> _Run:
 
 
 # -- the memory roofs of this run ------------------------------------------------------
+#: The roofs' buffers on a GPU: 2 GiB read (and 2 GiB written by the copy).
+ROOF_BYTES = 4 * 2**30
+
+
 def measure_roofs(lab) -> tuple[float, float]:
     """The two denominators of every fraction these topics report, measured in
     this run: the copy bandwidth (``dst.copy_(src)``, read + write bytes over the
@@ -314,7 +341,7 @@ def measure_roofs(lab) -> tuple[float, float]:
     to what this memory delivers. All are timed in the same interleaved rounds by
     the GPU's own kernel durations (a Triton launch's host time would otherwise
     count against the reads alone), each read checked against a float64 sum first."""
-    count = (1 << 30) if lab.cuda and not lab.quick else (1 << 22)  # bf16: 2 GiB on a GPU
+    count = ROOF_BYTES // 4 if lab.cuda and not lab.quick else (1 << 22)  # bf16: 2 GiB on a GPU
     nbytes = 2 * count
     src = torch.rand(count, dtype=torch.bfloat16, device=lab.device)
     dst = torch.empty_like(src)
