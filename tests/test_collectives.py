@@ -321,10 +321,13 @@ def test_tuning_log_sets_and_restores_the_environment(monkeypatch, tmp_path):
 CONNECTION_LOG = [
     "vm:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM",
     "vm:1:2 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
-    "vm:1:2 [0] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0/GDRDMA",
-    "vm:1:2 [0] NCCL INFO Channel 00/0 : 8[0] -> 7[7] [receive] via NET/IB/0/GDRDMA",
+    "vm:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA",
+    "vm:1:2 [0] NCCL INFO Channel 00/0 : 8[0] -> 0[0] [receive] via NET/IB/0/GDRDMA",
     "vm:1:2 [0] NCCL INFO Channel 11 : 0[39000] -> 1[57000] via SHM/direct/direct",
     "vm:1:2 [0] NCCL INFO Connected all rings, use ring PXN 0 GDR 1",
+    # rank 1's own lines, in the same folder when one command started both ranks
+    "vm:1:3 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM",
+    "vm:1:3 [1] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [receive] via NET/IB/0/GDRDMA",
 ]
 
 
@@ -337,6 +340,10 @@ def test_the_interconnect_is_read_from_the_connection_lines():
         "SHM/direct/direct (1 connection)")
     assert nccl_log.describe_interconnect(nccl_log.parse_interconnect(TUNING_LOG)) == (
         "no connection line in NCCL's INIT log")
+    # Rank 0's count is the same from every rank's logs (one command) as from its own (torchrun).
+    own = [line for line in CONNECTION_LOG if " [0] " in line]
+    assert nccl_log.parse_interconnect(own) == counts
+    assert nccl_log.parse_interconnect(CONNECTION_LOG, rank=1) == {"NET/IB/GDRDMA": 1, "P2P/CUMEM": 1}
 
 
 def test_nccl_choices_asks_for_the_connections_too(monkeypatch):

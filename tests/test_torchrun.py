@@ -149,6 +149,37 @@ def test_a_log_nccl_cannot_start_mid_process_is_refused_in_one_line(monkeypatch)
         _launch.check_nccl_can_change({"NCCL_MAX_CTAS": "2"}, can_reset=True)
 
 
+def test_a_follower_whose_call_fails_says_so_and_ends_the_launch(monkeypatch, capsys):
+    """A follower that waited for the next call after its own failed would leave rank 0 blocked
+    in the failed call's collectives until NCCL's timeout: it says why in one line and exits,
+    which makes torchrun stop every rank."""
+    import pickle
+
+    from examples.collectives import _launch
+
+    calls = iter([pickle.dumps((None, 2, "gloo", {}, {})), b"done"])
+    monkeypatch.setattr(_launch, "_wait", lambda store, key: next(calls))
+
+    def broken(*args):
+        raise RuntimeError("Connection closed by peer\ngloo: the peer went away")
+
+    class Left(Exception):
+        pass
+
+    def leave(status):
+        raise Left(status)
+
+    monkeypatch.setattr(_launch, "_run", broken)
+    monkeypatch.setattr(_launch, "_leave", leave)
+    monkeypatch.setitem(_launch._state, "calls", 0)
+    with pytest.raises(Left) as left:
+        _launch._follow(_launch.Launch(rank=1, world=2, local_rank=1), None, None)
+    assert left.value.args == (1,)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["rank 1, call 1: RuntimeError: gloo: the peer went away; this rank leaves, "
+                   "and torchrun ends the others"]
+
+
 def test_a_process_without_nccl_reports_it_cannot_reset_its_log():
     import torch
 

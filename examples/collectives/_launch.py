@@ -14,7 +14,9 @@ in the store (the worker, the ranks, the backend, the config, the NCCL
 variables the examples set), and the other ranks, which reach ``spawn`` too,
 follow: they run each published call as one rank of it, with rank 0's config
 (its random seeds included), then wait for the next, until rank 0's process
-ends; they keep no figure and write nothing. So the worker functions are the
+ends; they keep no figure and write nothing. A follower whose call fails says why
+in one line and exits, so that torchrun stops the job at once rather than leave
+rank 0 waiting in that call's collectives until NCCL's timeout. So the worker functions are the
 same under both launchers, and only rank 0 keeps figures and writes the record.
 Each call gets a fresh process group under its own prefix of the store (a
 smaller group, such as a fit over 2, 4, ... GPUs, runs on ranks 0 to q-1; the
@@ -323,10 +325,20 @@ def _follow(launch: Launch, store, rank_main) -> None:
             try:
                 with environment(nccl):
                     _run(launch, store, n, rank_main, worker, world, backend, config)
-            except Exception as exc:  # noqa: BLE001 - rank 0 fails the same call, and says so
+            except Exception as exc:  # noqa: BLE001 - one line, then the whole launch ends
                 text = str(exc).strip().splitlines()
-                print(f"rank {launch.rank}, call {n}: {type(exc).__name__}: {text[-1] if text else ''}",
-                      file=sys.stderr)
+                print(f"rank {launch.rank}, call {n}: {type(exc).__name__}: {text[-1] if text else ''}; "
+                      "this rank leaves, and torchrun ends the others", file=sys.stderr, flush=True)
+                # Waiting for the next call would leave rank 0 blocked in this one's collectives
+                # until NCCL's timeout (a Slurm job hung for minutes); a rank that exits makes
+                # torchrun stop every rank of the job at once. No clean-up: the group is broken.
+                _leave(1)
+
+
+def _leave(status: int) -> None:
+    """End this process now, without Python's clean-up (a broken group's teardown can block)."""
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _wait(store, key: str) -> bytes:

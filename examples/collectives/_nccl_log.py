@@ -124,20 +124,26 @@ def tuning_log(folder: str, *, connections: bool = False):
 #: ``Channel 00/0 : 1[1] -> 2[0] [send] via NET/IB/0/GDRDMA`` (the network),
 #: ``Channel 00 : 0[0] -> 1[1] via SHM/direct/direct`` (through host memory).
 CONNECTION = re.compile(
-    r"Channel \d+(?:/\d+)? : \d+\[[^\]]*\] -> \d+\[[^\]]*\]"
-    r"(?: \[(?:send|receive)\])? via (\S+)")
+    r"Channel \d+(?:/\d+)? : (\d+)\[[^\]]*\] -> (\d+)\[[^\]]*\]"
+    r"(?: \[(send|receive)\])? via (\S+)")
 
 
-def parse_interconnect(lines: list[str]) -> dict[str, int]:
-    """How many channel connections NCCL made over each transport, named by its
+def parse_interconnect(lines: list[str], rank: int = 0) -> dict[str, int]:
+    """How many channel connections ``rank`` made over each transport, named by its
     path without device numbers (``P2P/CUMEM``, ``P2P/CUMEM/read``,
     ``NET/IB/GDRDMA``: the network card reads GPU memory directly, GPUDirect RDMA;
-    ``SHM/direct/direct``). Read from the log files of the ranks on this node."""
+    ``SHM/direct/direct``). A rank logs its own connections: a send names it first,
+    a receive last. Counting one rank's makes the figure the same whether the logs
+    read are every rank's on this machine (the lab's one command) or rank 0's alone
+    (torchrun, where each node keeps its own)."""
     counts: dict[str, int] = {}
     for line in lines:
         m = CONNECTION.search(payload(line))
         if m:
-            kind = "/".join(part for part in m.group(1).split("/") if not part.isdigit())
+            source, destination, side, path = m.groups()
+            if int(destination if side == "receive" else source) != rank:
+                continue
+            kind = "/".join(part for part in path.split("/") if not part.isdigit())
             counts[kind] = counts.get(kind, 0) + 1
     return dict(sorted(counts.items()))
 
