@@ -405,6 +405,33 @@ def test_the_roofs_buffers_send_the_weights_to_host_memory_only_where_there_is_n
             decode.release_setup()
 
 
+def test_room_is_made_int8_first_and_int8_is_never_built_from_weights_in_host_memory(monkeypatch):
+    """Where moving the int8 matrices out makes room enough, bf16's stay (with the graph kept
+    for the next topic); and int8 asked for while bf16 waits in host memory is quantized from
+    bf16 brought back to the GPU, not from host memory."""
+    from examples.capstone import decode
+    from examples.lab.harness import Lab
+
+    decode.release_setup()
+    lab = Lab(torch.device("cpu"), quick=True)
+    try:
+        run = decode.start(lab)
+        setup = run.setup
+        monkeypatch.setattr(decode, "_room", lambda device: 0.0)
+        setup.make_room(decode.ROOF_BYTES)  # int8 not built yet: bf16 goes
+        assert setup.parked == {"bf16"}
+        monkeypatch.setattr(decode, "_room", lambda device: float("inf"))
+        setup.resident("int8", run.forget)
+        assert setup.parked == set() and setup.int8_weights is not None
+        setup.graphs["compile+graph"] = run.decoder(setup.w)
+        monkeypatch.setattr(decode, "_room", lambda device: float("inf") if "int8" in setup.parked else 0.0)
+        setup.make_room(decode.ROOF_BYTES)
+        assert setup.parked == {"int8"} and "compile+graph" in setup.graphs
+    finally:
+        lab.load.stop()
+        decode.release_setup()
+
+
 def test_the_smaller_llama_shapes_are_the_published_ones_and_the_lab_offers_each():
     from examples.capstone.model import MODELS
     from examples.capstone.speed_of_light import weight_count

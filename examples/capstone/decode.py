@@ -193,6 +193,8 @@ class Setup:
         theirs = self.int8_weights if precision == "bf16" else self.w
         if mine is not None and precision not in self.parked:
             return mine
+        if mine is None and "bf16" in self.parked:
+            self.resident("bf16", forget)  # int8 is quantized from bf16 on the GPU: bring it back first
         if mine is None:  # int8, from bf16: its matrices, and quantize()'s fp32 copies of the largest
             largest = max(m.numel() for m in self.w.linear_weights())
             need = sum(m.numel() for m in self.w.linear_weights()) + 12 * largest
@@ -206,9 +208,9 @@ class Setup:
                 self.graphs.clear()
             _free_cached()
         if mine is None:
-            self.int8_weights = quantized(self.w, then=(lambda i: _park_part(self.w, i)) if crowded else None)
-            if crowded:
+            if crowded:  # marked first: if quantizing stops halfway, bf16 is still brought back whole
                 self.parked.add("bf16")
+            self.int8_weights = quantized(self.w, then=(lambda i: _park_part(self.w, i)) if crowded else None)
             _free_cached()
             return self.int8_weights
         if crowded:
@@ -220,18 +222,21 @@ class Setup:
         return mine
 
     def make_room(self, nbytes: int) -> None:
-        """Where the GPU could not give ``nbytes`` more, move every precision's matrices to
-        host memory (the graphs kept for the next topic read them: they go first); the rungs
-        that follow bring back the precision they use (:meth:`resident`)."""
-        if _room(self.w.embed.device) >= nbytes:
-            return
-        self.graphs.clear()
-        for precision, w in (("bf16", self.w), ("int8", self.int8_weights)):
-            if w is not None and precision not in self.parked:
-                _free_cached()
-                _move_matrices(w, "cpu")
-                self.parked.add(precision)
-        _free_cached()
+        """Where the GPU could not give ``nbytes`` more, move matrices to host memory until it
+        can: int8's first, then bf16's (the graphs kept for the next topic read bf16's: they go
+        with them); the rungs that follow bring back the precision they use (:meth:`resident`)."""
+        device = self.w.embed.device
+        for precision, w in (("int8", self.int8_weights), ("bf16", self.w)):
+            if _room(device) >= nbytes:
+                return
+            if w is None or precision in self.parked:
+                continue
+            if precision == "bf16":
+                self.graphs.clear()
+            _free_cached()
+            _move_matrices(w, "cpu")
+            self.parked.add(precision)
+            _free_cached()
 
     def fresh_cache(self) -> StaticCache:
         """A cache holding the prompt (each rung writes its own tokens past it)."""
@@ -277,7 +282,8 @@ def _room(device) -> float:
 
 
 def _matrix_bytes(w: Weights) -> int:
-    return sum(_nbytes(m) for m in w.linear_weights())
+    """The bytes that move when ``w`` is parked (a tied head is the embedding, which stays)."""
+    return sum(_nbytes(m) for m in w.linear_weights() if m is not w.embed)
 
 
 def _moved(m, device):
