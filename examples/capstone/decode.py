@@ -84,7 +84,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", choices=list(MODELS), default=DEFAULT_MODEL,
                         help="the Llama shape to decode: llama3-8b (the book's, 16 GB of bf16 "
                              "weights, a 24 GiB GPU), llama3.2-3b (6.4 GB, 12 GiB), "
-                             "llama3.2-1b (2.5 GB, 8 GiB)")
+                             "llama3.2-1b (2.5 GB, 8 GiB: on the edge there)")
 
 
 def configure(args) -> None:
@@ -202,41 +202,44 @@ class Setup:
             need = _matrix_bytes(mine)
         crowded = (theirs is not None and other not in self.parked
                    and _room(self.w.embed.device) < need + WORKING_ROOM)
-        if crowded:
-            forget(other)
-            if other == "bf16":
-                self.graphs.clear()
-            _free_cached()
         if mine is None:
-            if crowded:  # marked first: if quantizing stops halfway, bf16 is still brought back whole
+            if crowded:  # bf16 moves layer by layer as int8's are made; marked first, so that
+                self._drop_rungs("bf16", forget)  # a stop halfway still brings it back whole
                 self.parked.add("bf16")
             self.int8_weights = quantized(self.w, then=(lambda i: _park_part(self.w, i)) if crowded else None)
             _free_cached()
             return self.int8_weights
         if crowded:
-            _move_matrices(theirs, "cpu")
-            self.parked.add(other)
-            _free_cached()
+            self._park(other, forget)
         _move_matrices(mine, self.w.embed.device)
         self.parked.discard(precision)
         return mine
 
     def make_room(self, nbytes: int) -> None:
         """Where the GPU could not give ``nbytes`` more, move matrices to host memory until it
-        can: int8's first, then bf16's (the graphs kept for the next topic read bf16's: they go
-        with them); the rungs that follow bring back the precision they use (:meth:`resident`)."""
-        device = self.w.embed.device
+        can: int8's first, then bf16's (with the graphs kept for the next topic, which read
+        them); the rungs that follow bring back the precision they use (:meth:`resident`)."""
         for precision, w in (("int8", self.int8_weights), ("bf16", self.w)):
-            if _room(device) >= nbytes:
+            if _room(self.w.embed.device) >= nbytes:
                 return
-            if w is None or precision in self.parked:
-                continue
-            if precision == "bf16":
-                self.graphs.clear()
-            _free_cached()
-            _move_matrices(w, "cpu")
-            self.parked.add(precision)
-            _free_cached()
+            if w is not None and precision not in self.parked:
+                self._park(precision)
+
+    def _park(self, precision: str, forget: Callable[[str], None] | None = None) -> None:
+        """``precision``'s matrices to host memory, the rungs built on them let go first."""
+        self._drop_rungs(precision, forget)
+        _move_matrices(self.w if precision == "bf16" else self.int8_weights, "cpu")
+        self.parked.add(precision)
+        _free_cached()
+
+    def _drop_rungs(self, precision: str, forget: Callable[[str], None] | None) -> None:
+        """Let go of every rung built on ``precision``'s matrices, and of the graphs kept for
+        the next topic (bf16's): their graphs read addresses that are about to change."""
+        if forget is not None:
+            forget(precision)
+        if precision == "bf16":
+            self.graphs.clear()
+        _free_cached()
 
     def fresh_cache(self) -> StaticCache:
         """A cache holding the prompt (each rung writes its own tokens past it)."""
@@ -322,7 +325,7 @@ def start(lab) -> _Run:
     first, so that their 4 GiB of buffers never sit beside the weights: where this topic
     builds the weights, the buffers are gone before the weights come; where the other topic
     left them on a GPU without room for the buffers too, they wait in host memory meanwhile.
-    The 1B shape's whole ladder then fits an 8 GiB card."""
+    The 1B shape's whole ladder then runs on an 8 GiB card, with little to spare."""
     kept = _SETUP.get(_setup_key(lab))
     if kept is not None and lab.cuda and not lab.quick:
         kept.make_room(ROOF_BYTES + 2**30)  # the buffers, and the check's float64 chunks

@@ -93,7 +93,7 @@ def _measure(lab, run: _Run) -> None:
     if not lab.quick:
         # The table multiplies weights of its own: on a small card the model's wait in host memory.
         run.setup.make_room(TABLE_BYTES + 2**30)
-        matvec_table(lab, run.config, run.gbs, run.read_gbs, TABLE_BYTES)
+        matvec_table(lab, run.config, run.gbs, run.read_gbs)
     # After the table, so that its plain products' choices are in the note too.
     lab.note("matvec blocks the autotuner kept", fused.chosen_configs())
 
@@ -151,13 +151,13 @@ KERNELS = (("cuBLAS", F.linear, False), ("book, no PDL", fused.matvec, False),
            ("book", fused.matvec, True))
 
 
-def matvec_table(lab, config: Config, copy_gbs: float, read_gbs: float, total_bytes: float = TABLE_BYTES) -> None:
+def matvec_table(lab, config: Config, copy_gbs: float, read_gbs: float) -> None:
     """Each weight shape alone: cuBLAS and the book's kernel (with and without
     PDL), as a graph of back-to-back products over enough copies of the weight
     to miss the L2; the three timed in interleaved rounds. Each product's
     bandwidth as a fraction of this run's copy and of its read roof."""
     for name, (n, k) in shapes(config).items():
-        copies = max(1, int(total_bytes // (n * k * 2)))
+        copies = max(1, int(TABLE_BYTES // (n * k * 2)))
         weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
                    for _ in range(copies)]
         x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
