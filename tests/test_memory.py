@@ -68,3 +68,25 @@ def test_what_a_topic_may_still_allocate_stays_within_the_cap(monkeypatch):
     assert memory.allocatable(torch.device("cuda")) == 102 * gib  # 2 cached + 100 free
     monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device: 23 / 141)
     assert memory.allocatable(torch.device("cuda")) == 5 * gib  # 2 cached + (23 - 20) under the cap
+
+
+def test_a_peak_is_the_larger_of_the_watched_and_the_allocator_counted(monkeypatch):
+    """The watcher reads NVML every few milliseconds and can miss a brief block; the
+    allocator's own peak catches it. Held blocks count as in use all along."""
+    import torch
+
+    gib = 2**30
+    reserved = {0: 2 * gib, 1: 0}
+    peaks = {0: 9 * gib, 1: 1 * gib}  # what max_memory_reserved answers at the end
+    resets = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda i: reserved[i])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", resets.append)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda i: peaks[i])
+    for watched, expected in (([5 * gib, 0], 9 * gib), ([8 * gib, 3 * gib], 10 * gib)):
+        answers = iter(["ok", json.dumps(watched)])
+        monkeypatch.setattr(memory.PeakWatch, "_ask", classmethod(lambda cls, line: next(answers)))
+        with memory.PeakWatch() as watch:
+            pass
+        assert watch.peak == expected  # max(watched + held, counted)
+    assert resets == [0, 1, 0, 1]
