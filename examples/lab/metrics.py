@@ -378,6 +378,9 @@ TOPIC_RATIOS: dict[str, dict[str, str]] = {
     # own wall time, which cannot pass 100 %; the older records still load.
     "measuring.profile_mix": {"busy_fraction": "in the older records, a profiled step's kernel time over "
                                                "an unprofiled step's time"},
+    # An interval's width over the ratio it bounds: past 100 % where the rounds disagree
+    # widely, as a quick run on a busy CPU's can (one: 11,050 %).
+    "measuring.ratio_ci": {"ci_width": "an interval's width over the ratio it bounds"},
 }
 
 #: Case key -> words, where the key is not already the word a reader would use.
