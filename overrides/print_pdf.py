@@ -95,8 +95,18 @@ class PrintError(RuntimeError):
     pass
 
 
-def render(site: Path, out: Path, site_url: str = DEFAULT_SITE_URL) -> dict:
-    """Print ``site``'s print page to ``out``; returns what was done (raises ``PrintError``)."""
+# Leaves on the print page only the chapters whose sections' ids are given (and the contents).
+KEEP_JS = """(keep) => {
+  for (const s of document.querySelectorAll("#print-site-page section.print-page[id]:not([id=''])"))
+    if (!keep.includes(s.id)) s.remove();
+}"""
+
+
+def render(site: Path, out: Path, site_url: str = DEFAULT_SITE_URL, only: list[str] | None = None) -> dict:
+    """Print ``site``'s print page to ``out``; returns what was done (raises ``PrintError``).
+    ``only``: the ids of the chapters to print (a page's path without ``.md``), the rest taken
+    off the page once it is ready; the whole book is 850 pages, two minutes and more to print
+    on two cores."""
     from playwright.sync_api import sync_playwright
 
     page_html = site / PRINT_PAGE / "index.html"
@@ -131,6 +141,8 @@ def render(site: Path, out: Path, site_url: str = DEFAULT_SITE_URL) -> dict:
                 page.goto(f"{origin}/{PRINT_PAGE}", wait_until="load")
                 page.wait_for_load_state("networkidle")
                 page.wait_for_function(READY_JS, arg=census.mermaid)
+                if only is not None:
+                    page.evaluate(KEEP_JS, list(only))
                 seen = page.evaluate(PREPARE_JS, [origin, site_url, TITLE])
                 chapters_found = page.evaluate(OUTLINE_JS)
                 problems += [f"broken image: {src}" for src in seen["broken_images"]]
@@ -204,13 +216,14 @@ _CAPTION = re.compile(r'<figcaption class="lab-plot__caption">(.*?)</figcaption>
 _SECTION = re.compile(r'<section class="print-page" id="[^"]+"[^>]*>\s*<h1[^>]*>(.*?)</h1>', re.S)
 
 
-def chapters(site: Path, mkdocs_yml: Path) -> list[tuple[str, str, list[str]]]:
-    """``(page, title, plot captions)`` of every page of the nav that the print edition holds,
-    read from the built site's own pages (not from the print page, which is what is checked)."""
+def chapters(site: Path, mkdocs_yml: Path, only: list[str] | None = None) -> list[tuple[str, str, list[str]]]:
+    """``(page, title, plot captions)`` of every page of the nav that the print edition holds
+    (``only``: of those chapters, as :func:`render` takes them), read from the built site's own
+    pages (not from the print page, which is what is checked)."""
     nav = mkdocs_yml.read_text(encoding="utf-8").split("\nnav:", 1)[1]
     found = []
     for uri in _NAV_PAGE.findall(nav):
-        if uri.startswith(LEFT_OUT):
+        if uri.startswith(LEFT_OUT) or (only is not None and uri.removesuffix(".md") not in only):
             continue
         html_path = site / ("index.html" if uri == "index.md" else uri.removesuffix(".md") + "/index.html")
         text = html_path.read_text(encoding="utf-8")
@@ -237,8 +250,9 @@ def check_print_page(site: Path, mkdocs_yml: Path, page: str | None = None) -> l
     return problems
 
 
-def check_pdf(site: Path, mkdocs_yml: Path, pdf: Path) -> tuple[list[str], int]:
-    """What the PDF's text lacks (a chapter's title, a plot's caption), and its page count."""
+def check_pdf(site: Path, mkdocs_yml: Path, pdf: Path, only: list[str] | None = None) -> tuple[list[str], int]:
+    """What the PDF's text lacks (a chapter's title, a plot's caption), and its page count
+    (``only``: the chapters :func:`render` printed)."""
     import pypdfium2
 
     document = pypdfium2.PdfDocument(str(pdf))
@@ -249,7 +263,7 @@ def check_pdf(site: Path, mkdocs_yml: Path, pdf: Path) -> tuple[list[str], int]:
         document.close()
     problems = []
     bookmarked = {title: sections for title, _, sections in outline(pdf)}
-    for uri, title, plots in chapters(site, mkdocs_yml):
+    for uri, title, plots in chapters(site, mkdocs_yml, only):
         if title not in text:
             problems.append(f"{uri}: no chapter titled {title!r} in the PDF")
         if title not in bookmarked:
