@@ -95,3 +95,26 @@ def test_pdf_holds_its_chapters_plots_and_outline(built_site, tmp_path):
         assert [p for _, p in sections] == sorted(p for _, p in sections), title
     assert done["outline"] == len(marks) + sum(len(s) for _, _, s in marks)
     print(f"{pages} pages, {done['bytes'] / 1e6:.1f} MB, printed in {done['seconds']} s")
+
+
+def test_the_one_pass_anchor_renaming_gives_the_plugins_page(built_site):
+    """overrides/hooks/print_edition.py renames the print page's anchors in one pass where the
+    print-site plugin replaced each in turn over the whole page: the same page, on made-up HTML
+    that reaches its fallback and on two of the book's own pages (the plugin's way takes seconds)."""
+    theirs = print_edition._ORIGINAL_UPDATE_ANCHOR_IDS
+    assert theirs is not None and theirs is not print_edition.update_anchor_ids
+    made = ('<h2 id="a">A</h2><p id="a">para</p><h2 id="a">A again</h2><li class="li" id="l">x</li>'
+            '<sup id="fnref:1">1</sup><div class="x"><h3 id="inner">in</h3></div><H4 ID="up">u</H4>')
+    assert print_edition.update_anchor_ids(made, "page") == theirs(made, "page")
+    # Where one replacement could touch another's text, the plugin's own function runs.
+    spanning = '<li class="k"><b id="q">q</b></li>\n<h2 id="q">h</h2>'  # the match runs over two tags
+    clashing = '<h2 id="x">x</h2>\n<h2 id="p-x">px</h2>'  # the plugin renames the second twice
+    for made, expected in ((spanning, '<li class="k"><b id="p-q">q</b></li>\n<h2 id="p-q">h</h2>'),
+                           (clashing, '<h2 id="p-p-x">x</h2>\n<h2 id="p-p-x">px</h2>')):
+        calls = []
+        ours = print_edition.update_anchor_ids(made, "p", _theirs=lambda h, k: calls.append(1) or theirs(h, k))
+        assert ours == theirs(made, "p") == expected and calls, made
+    for page in ("cuda-graphs", "glossary"):
+        html = (built_site / page / "index.html").read_text(encoding="utf-8")
+        ours = print_edition.update_anchor_ids(html, page)
+        assert ours != html and ours == theirs(html, page), page

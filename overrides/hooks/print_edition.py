@@ -9,6 +9,11 @@ landing page's "the book on one page"), which on the print page would lead nowhe
 A section of the navigation whose pages the edition leaves out (the notebooks) would print as a
 title on a page of its own and a line of the table of contents; ``on_post_build`` drops both
 from the page the plugin wrote (it writes it after the build, not through ``on_post_page``).
+
+The plugin renames each page's heading (and list item and footnote) ids to make them unique on
+the print page, one ``str.replace`` over the whole page per id: with this book's pages (up to
+2 MB, thousands of ids) that was about 20 s of a build. :func:`update_anchor_ids` does the same
+renaming in one pass, and stands in for the plugin's where the result is provably the same.
 """
 from __future__ import annotations
 
@@ -16,6 +21,11 @@ import re
 from pathlib import Path
 
 from mkdocs.plugins import event_priority
+
+try:
+    from mkdocs_print_site_plugin import urls as _print_site_urls
+except ImportError:  # the plugin is not installed: the build says so where mkdocs.yml names it
+    _print_site_urls = None
 
 _TO_PRINT_PAGE = re.compile(r'<a href="(?:\.\./)*print_page/">(.*?)</a>', re.S)
 #: A section of the print page that holds its title and nothing else.
@@ -43,3 +53,35 @@ def on_post_build(config) -> None:
     page = Path(config["site_dir"]) / "print_page" / "index.html"
     if page.is_file():
         page.write_text(drop_empty_sections(page.read_text(encoding="utf-8")), encoding="utf-8")
+
+
+#: The plugin's own pattern and tags (mkdocs_print_site_plugin/urls.py, update_anchor_ids).
+_ANCHOR = re.compile(r"<([^\s]+).*?id=\"([^\"]*?)\".*?>", flags=re.IGNORECASE)
+_RENAMED_TAGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6", "sup", "li"})
+
+
+def update_anchor_ids(page_html: str, page_key: str, _theirs=None) -> str:
+    """The plugin's ``update_anchor_ids`` in one pass. The plugin replaces each matched tag's
+    text, in turn, everywhere in the page; one pass gives the same page unless one replacement
+    could touch another's text: a matched tag holding a second ``<`` (it could hold another
+    matched tag) or a new tag's text equal to one still to be replaced. Then the plugin's own
+    function (``_theirs``) runs instead."""
+    renamed: dict[str, str] = {}
+    for m in _ANCHOR.finditer(page_html):
+        if m.group(1) in _RENAMED_TAGS and m.group() not in renamed:
+            renamed[m.group()] = m.group().replace(m.group(2), f"{page_key}-{m.group(2)}")
+    if not renamed:
+        return page_html
+    if any(text.count("<") != 1 for text in renamed) or not renamed.keys().isdisjoint(renamed.values()):
+        return (_theirs or _ORIGINAL_UPDATE_ANCHOR_IDS)(page_html, page_key)
+    alternatives = re.compile("|".join(map(re.escape, sorted(renamed, key=len, reverse=True))))
+    return alternatives.sub(lambda m: renamed[m.group()], page_html)
+
+
+# The plugin's own, kept on its module: a rebuild of `mkdocs serve` imports this hook again.
+_ORIGINAL_UPDATE_ANCHOR_IDS = None
+if _print_site_urls is not None and hasattr(_print_site_urls, "update_anchor_ids"):
+    _ORIGINAL_UPDATE_ANCHOR_IDS = getattr(_print_site_urls, "_plugins_update_anchor_ids",
+                                          _print_site_urls.update_anchor_ids)
+    _print_site_urls._plugins_update_anchor_ids = _ORIGINAL_UPDATE_ANCHOR_IDS
+    _print_site_urls.update_anchor_ids = update_anchor_ids  # fix_internal_links looks it up at each call
