@@ -90,3 +90,18 @@ def test_a_peak_is_the_larger_of_the_watched_and_the_allocator_counted(monkeypat
             pass
         assert watch.peak == expected  # max(watched + held, counted)
     assert resets == [0, 1, 0, 1]
+
+
+def test_between_topics_the_runner_frees_the_compiled_graphs_pools(monkeypatch):
+    """torch.compile's "reduce-overhead" graphs keep a memory pool for the process: the runner
+    resets them before each topic, then empties the allocator's cache."""
+    import torch
+    import torch._inductor.cudagraph_trees as trees
+
+    from examples.lab import __main__ as runner
+
+    done = []
+    monkeypatch.setattr(trees, "reset_cudagraph_trees", lambda: done.append("graphs"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: done.append("cache"))
+    runner._free_memory(torch.device("cuda"))
+    assert done == ["graphs", "cache"]

@@ -226,6 +226,8 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
         model = args.model if hasattr(module, "configure") else None
         if model:
             module.configure(args)
+        if device.type == "cuda" and not args.quick:
+            _free_memory(device)  # what earlier topics left is not this one's room, nor its peak
         room = memory.available(device, args.memory_limit) if device.type == "cuda" else None
         need = needs.get(memory.need_key(topic, model))
         too_big = None if room is None or args.quick else memory.does_not_fit(need, room, gpu)
@@ -235,10 +237,6 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
             continue
         watching = device.type == "cuda" and not args.quick and memory.PeakWatch.wanted()
         watch = memory.PeakWatch() if watching else contextlib.nullcontext()
-        if watching:
-            # What the last topic left cached would count in this one's peak (the watch
-            # starts from memory in use); the harness frees it at the topic's start anyway.
-            _free_memory(device)
         try:
             with watch:
                 record = run_measurement(module, device=device, quick=args.quick, command=command,
@@ -281,12 +279,23 @@ def _gpu_name(device) -> str:
 
 
 def _free_memory(device) -> None:
+    """Free what earlier topics left: the allocator's cached blocks, and the CUDA graphs that
+    torch.compile's "reduce-overhead" mode recorded (compile.modes, graphs.decode_loop), whose
+    memory pool the process keeps until they are reset (about 0.9 GiB on an H200 after
+    compile.modes: it counted in every later topic's peak, and it left a small card less room).
+    A graph a topic captured itself (torch.cuda.CUDAGraph, as Chapter 9's kept set-up) stays."""
     import gc
 
     import torch
 
-    gc.collect()
     try:
+        from torch._inductor.cudagraph_trees import reset_cudagraph_trees
+    except ImportError:  # another torch: its graphs stay until the process ends
+        reset_cudagraph_trees = None
+    try:
+        if reset_cudagraph_trees is not None:
+            reset_cudagraph_trees()
+        gc.collect()
         torch.cuda.empty_cache()
     except Exception:  # noqa: BLE001 - a context that cannot free says so at the next topic
         pass
