@@ -144,8 +144,9 @@ class PeakWatch:
     watcher process (:func:`watch`), not a thread of this one, which would take the
     interpreter's lock from the very loops the topics time. A block the allocator holds for
     less than that interval can escape the watcher: this process's own allocator counts its
-    peak itself (``max_memory_reserved``), and the larger of the two is the peak. ``peak`` is None where
-    NVML cannot be read. The runner watches only when asked to report peaks (``wanted``)."""
+    peak itself (``max_memory_reserved``), and the larger of the two is the peak. ``peak`` is
+    None where NVML cannot be read. The runner watches only when asked to report peaks
+    (``wanted``)."""
 
     _watcher = None  # one watcher for the run, started at the first topic
     #: Seconds to wait for the watcher's answer: one that hangs (in NVML) costs a run no more.
