@@ -97,7 +97,7 @@ def test_pdf_holds_its_chapters_plots_and_outline(built_site, tmp_path):
     print(f"{pages} pages, {done['bytes'] / 1e6:.1f} MB, printed in {done['seconds']} s")
 
 
-def test_the_one_pass_anchor_renaming_gives_the_plugins_page(built_site):
+def test_the_one_pass_anchor_renaming_gives_the_plugins_page(built_site, monkeypatch):
     """overrides/hooks/print_edition.py renames the print page's anchors in one pass where the
     print-site plugin replaced each in turn over the whole page: the same page, on made-up HTML
     that reaches its fallback and on two of the book's own pages (the plugin's way takes seconds)."""
@@ -112,7 +112,8 @@ def test_the_one_pass_anchor_renaming_gives_the_plugins_page(built_site):
     for made, expected in ((spanning, '<li class="k"><b id="p-q">q</b></li>\n<h2 id="p-q">h</h2>'),
                            (clashing, '<h2 id="p-p-x">x</h2>\n<h2 id="p-p-x">px</h2>')):
         calls = []
-        ours = print_edition.update_anchor_ids(made, "p", _theirs=lambda h, k: calls.append(1) or theirs(h, k))
+        monkeypatch.setattr(print_edition, "_ORIGINAL_UPDATE_ANCHOR_IDS", lambda h, k: calls.append(1) or theirs(h, k))
+        ours = print_edition.update_anchor_ids(made, "p")
         assert ours == theirs(made, "p") == expected and calls, made
     for page in ("cuda-graphs", "glossary"):
         html = (built_site / page / "index.html").read_text(encoding="utf-8")

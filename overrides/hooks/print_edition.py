@@ -60,12 +60,12 @@ _ANCHOR = re.compile(r"<([^\s]+).*?id=\"([^\"]*?)\".*?>", flags=re.IGNORECASE)
 _RENAMED_TAGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6", "sup", "li"})
 
 
-def update_anchor_ids(page_html: str, page_key: str, _theirs=None) -> str:
+def update_anchor_ids(page_html: str, page_key: str) -> str:
     """The plugin's ``update_anchor_ids`` in one pass. The plugin replaces each matched tag's
     text, in turn, everywhere in the page; one pass gives the same page unless one replacement
     could touch another's text: a matched tag holding a second ``<`` (it could hold another
     matched tag) or a new tag's text equal to one still to be replaced. Then the plugin's own
-    function (``_theirs``) runs instead."""
+    function runs instead."""
     renamed: dict[str, str] = {}
     for m in _ANCHOR.finditer(page_html):
         if m.group(1) in _RENAMED_TAGS and m.group() not in renamed:
@@ -73,7 +73,7 @@ def update_anchor_ids(page_html: str, page_key: str, _theirs=None) -> str:
     if not renamed:
         return page_html
     if any(text.count("<") != 1 for text in renamed) or not renamed.keys().isdisjoint(renamed.values()):
-        return (_theirs or _ORIGINAL_UPDATE_ANCHOR_IDS)(page_html, page_key)
+        return _ORIGINAL_UPDATE_ANCHOR_IDS(page_html, page_key)
     alternatives = re.compile("|".join(map(re.escape, sorted(renamed, key=len, reverse=True))))
     return alternatives.sub(lambda m: renamed[m.group()], page_html)
 
