@@ -917,6 +917,23 @@ def test_a_set_up_kept_for_the_next_topic_is_freed_when_another_comes_next():
     assert freed == [1, 1], "another topic, or none, comes next: free it"
 
 
+def test_a_set_up_kept_for_a_topic_that_is_then_skipped_is_freed(run_fake_topics, capsys):
+    """capstone.decode kept its set-up for capstone.fused_decode, which a small card then skipped:
+    the set-up stayed allocated for the rest of the run (2.6 GiB of an 8 GiB preview on an H200)."""
+    freed: list[str] = []
+    keeper = fake_topic("keeper")
+    keeper.SHARES_WITH, keeper.release = ("fake.sharer",), lambda: freed.append("keeper")
+    sharer = fake_topic("sharer")
+    sharer.REQUIRES_CUDA = True  # skipped on this CPU, as a topic too big for the card is skipped
+    topics = {"fake.keeper": keeper, "fake.sharer": sharer, "fake.after": fake_topic("after")}
+    assert run_fake_topics(topics) == 0
+    assert "skipped fake.sharer: needs a CUDA GPU" in capsys.readouterr().out
+    assert freed == ["keeper"], "what was kept for the skipped topic must go when it is skipped"
+    freed.clear()
+    sharer.REQUIRES_CUDA = False  # it runs: it uses the set-up (its own release frees it), nothing else does
+    assert run_fake_topics(topics) == 0 and freed == []
+
+
 def test_the_check_reads_every_chunk_and_both_parts_of_complex_numbers(monkeypatch):
     """The error is summed a chunk at a time on the output's device; chunking changes nothing,
     and an error only in the imaginary part, or only in the last chunk, is caught."""

@@ -202,75 +202,90 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
 
     topics = list(bar.iterable)
     poisoned_by = None  # a topic whose CUDA error left this process's context unusable
+    kept_by = None  # the module that kept what it built for the next topic (its SHARES_WITH)
     for topic in bar:
-        bar.set_description(topic)
-        if poisoned_by:
-            failures.append(f"{topic}: not run: {poisoned_by}'s CUDA error ends every later topic of this "
-                            f"process (run it again alone: python -m examples.lab run {topic} --out {args.out})")
-            continue
-        if os.environ.get("LAB_TRACE") == "1":
-            print(f"[lab] {topic} begins at {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+        kept_for_this, kept_by = kept_by, None
         try:
-            module = import_topic(topic)
-        except Exception as exc:  # noqa: BLE001 - a topic that cannot even load is one FAILED line
-            failures.append(f"{topic}: cannot be imported: {failure_line(exc)}")
-            continue
-        # A topic this machine cannot run writes no record: an empty one would say nothing.
-        if requires_cuda(module) and device.type != "cuda":
-            skipped.append(f"{topic}: needs a CUDA GPU")
-            continue
-        missing = missing_gpus(module, device) or hardware.missing(topic, device, gpu)
-        if missing:
-            skipped.append(f"{topic}: {missing}")
-            continue
-        model = args.model if hasattr(module, "configure") else None
-        if model:
-            module.configure(args)
-        if device.type == "cuda" and not args.quick:
-            _free_memory(device)  # what earlier topics left is not this one's room, nor its peak
-        room = memory.available(device, args.memory_limit) if device.type == "cuda" else None
-        need = needs.get(memory.need_key(topic, model))
-        too_big = None if room is None or args.quick else memory.does_not_fit(need, room, gpu)
-        if too_big:
-            smaller = memory.smaller_model_that_fits(topic, needs, room) if hasattr(module, "configure") else None
-            skipped.append(f"{topic}: {too_big}{smaller or ''}")
-            continue
-        watching = device.type == "cuda" and not args.quick and memory.PeakWatch.wanted()
-        watch = memory.PeakWatch() if watching else contextlib.nullcontext()
-        try:
-            with watch:
-                record = run_measurement(module, device=device, quick=args.quick, command=command,
-                                         on_case=lambda text: bar.set_postfix_str(text[:60]))
-        except Unavailable as exc:
-            skipped.append(f"{topic}: {exc}")
-            continue
-        except CheckFailed as exc:
-            failures.append(f"{topic}: correctness check failed: {exc}")
-            continue
-        except RecordError as exc:
-            failures.append(f"{topic}: {exc}")
-            continue
-        except Exception as exc:  # noqa: BLE001 - any error of one topic is its one line; the others run
-            if device.type == "cuda" and memory.is_out_of_memory(exc):
-                failures.append(f"{topic}: {memory.out_of_memory_line(exc, need, room, gpu)}")
-                exc.__traceback__ = None  # its frames hold the failed topic's tensors
-                _free_memory(device)  # what the failed topic left is garbage now: the next topics run
+            bar.set_description(topic)
+            if poisoned_by:
+                failures.append(f"{topic}: not run: {poisoned_by}'s CUDA error ends every later topic of this "
+                                f"process (run it again alone: python -m examples.lab run {topic} --out {args.out})")
                 continue
-            failures.append(f"{topic}: {failure_line(exc)}")
-            if "CUDA error" in str(exc) or not _device_usable(device):
-                poisoned_by = topic  # sticky: every later CUDA call of this process fails the same way
-            continue
-        finally:
-            _release_shared(module, topics, topic)
-        if watching:
-            _report_peak(memory.need_key(topic, model), watch.peak, gpu, args.memory_limit)
-        try:
-            written.append((write_record(args.out, record), record.run.wall_s))
-        except RecordError as exc:  # a figure the loader would refuse is never written
-            failures.append(f"{topic}: {exc}")
-        except OSError as exc:
-            failures.append(f"{topic}: cannot write its record under {args.out}: {exc.strerror or exc}")
+            if os.environ.get("LAB_TRACE") == "1":
+                print(f"[lab] {topic} begins at {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+            try:
+                module = import_topic(topic)
+            except Exception as exc:  # noqa: BLE001 - a topic that cannot even load is one FAILED line
+                failures.append(f"{topic}: cannot be imported: {failure_line(exc)}")
+                continue
+            # A topic this machine cannot run writes no record: an empty one would say nothing.
+            if requires_cuda(module) and device.type != "cuda":
+                skipped.append(f"{topic}: needs a CUDA GPU")
+                continue
+            missing = missing_gpus(module, device) or hardware.missing(topic, device, gpu)
+            if missing:
+                skipped.append(f"{topic}: {missing}")
+                continue
+            model = args.model if hasattr(module, "configure") else None
+            if model:
+                module.configure(args)
+            if device.type == "cuda" and not args.quick:
+                _free_memory(device)  # what earlier topics left is not this one's room, nor its peak
+            room = memory.available(device, args.memory_limit) if device.type == "cuda" else None
+            need = needs.get(memory.need_key(topic, model))
+            too_big = None if room is None or args.quick else memory.does_not_fit(need, room, gpu)
+            if too_big and kept_for_this is not None:
+                # Its need counts the set-up it would have shared: free that and ask again (the topic
+                # then builds its own), rather than skip a topic for memory held on its behalf.
+                _release(kept_for_this)
+                kept_for_this = None
+                _free_memory(device)
+                room = memory.available(device, args.memory_limit)
+                too_big = memory.does_not_fit(need, room, gpu)
+            if too_big:
+                smaller = memory.smaller_model_that_fits(topic, needs, room) if hasattr(module, "configure") else None
+                skipped.append(f"{topic}: {too_big}{smaller or ''}")
+                continue
+            kept_for_this = None  # the topic uses it, and releases it (or keeps it for the next)
+            watching = device.type == "cuda" and not args.quick and memory.PeakWatch.wanted()
+            watch = memory.PeakWatch() if watching else contextlib.nullcontext()
+            try:
+                with watch:
+                    record = run_measurement(module, device=device, quick=args.quick, command=command,
+                                             on_case=lambda text: bar.set_postfix_str(text[:60]))
+            except Unavailable as exc:
+                skipped.append(f"{topic}: {exc}")
+                continue
+            except CheckFailed as exc:
+                failures.append(f"{topic}: correctness check failed: {exc}")
+                continue
+            except RecordError as exc:
+                failures.append(f"{topic}: {exc}")
+                continue
+            except Exception as exc:  # noqa: BLE001 - any error of one topic is its one line; the others run
+                if device.type == "cuda" and memory.is_out_of_memory(exc):
+                    failures.append(f"{topic}: {memory.out_of_memory_line(exc, need, room, gpu)}")
+                    exc.__traceback__ = None  # its frames hold the failed topic's tensors
+                    _free_memory(device)  # what the failed topic left is garbage now: the next topics run
+                    continue
+                failures.append(f"{topic}: {failure_line(exc)}")
+                if "CUDA error" in str(exc) or not _device_usable(device):
+                    poisoned_by = topic  # sticky: every later CUDA call of this process fails the same way
+                continue
+            finally:
+                kept_by = _release_shared(module, topics, topic)
+            if watching:
+                _report_peak(memory.need_key(topic, model), watch.peak, gpu, args.memory_limit)
+            try:
+                written.append((write_record(args.out, record), record.run.wall_s))
+            except RecordError as exc:  # a figure the loader would refuse is never written
+                failures.append(f"{topic}: {exc}")
+            except OSError as exc:
+                failures.append(f"{topic}: cannot write its record under {args.out}: {exc.strerror or exc}")
 
+        finally:
+            if kept_for_this is not None:  # this topic did not run: what was kept for it goes now
+                _release(kept_for_this)
 
 def _gpu_name(device) -> str:
     import torch
@@ -392,18 +407,24 @@ def _device_usable(device) -> bool:
         return False
 
 
-def _release_shared(module, topics: list[str], topic: str) -> None:
+def _release_shared(module, topics: list[str], topic: str):
     """A topic may keep what it built for the topic after it (``SHARES_WITH``, its
-    ``release()``); when that topic does not come next, it is freed now."""
-    release = getattr(module, "release", None)
-    if release is None:
-        return
+    ``release()``); when that topic does not come next, it is freed now. Returns ``module``
+    where it keeps it (the runner frees it if that topic is then skipped), else None."""
+    if getattr(module, "release", None) is None:
+        return None
     following = topics[topics.index(topic) + 1:topics.index(topic) + 2]
-    if not set(following) & set(getattr(module, "SHARES_WITH", ())):
-        try:
-            release()
-        except Exception:  # noqa: BLE001 - a context a CUDA error broke frees nothing; the next topic says so
-            pass
+    if set(following) & set(getattr(module, "SHARES_WITH", ())):
+        return module
+    _release(module)
+    return None
+
+
+def _release(module) -> None:
+    try:
+        module.release()
+    except Exception:  # noqa: BLE001 - a context a CUDA error broke frees nothing; the next topic says so
+        pass
 
 
 def _topics(args, available: list[str]) -> list[str]:
