@@ -164,6 +164,29 @@ def scratch_copy(tmp_path: Path) -> Path:
     return tree
 
 
+def without_plugins(tree: Path, names: tuple[str, ...]) -> None:
+    """``tree``'s mkdocs.yml less the plugins ``names`` (each entry of its ``plugins:`` list, with
+    its options and the comment lines just above it)."""
+    config = tree / "mkdocs.yml"
+    lines = config.read_text(encoding="utf-8").splitlines(keepends=True)
+    start = lines.index("plugins:\n") + 1
+    end = next(i for i in range(start, len(lines)) if lines[i].strip() and not lines[i].startswith(" "))
+    kept, comments, dropping = [], [], False
+    for line in lines[start:end]:
+        entry = re.match(r"  - ([\w-]+)", line)
+        if line.startswith("  #"):
+            comments.append(line)
+            continue
+        if entry:
+            dropping = entry[1] in names
+        if not dropping:
+            kept += comments + [line]
+        comments = []
+    missing = set(names) - {m[1] for m in map(re.compile(r"  - ([\w-]+)").match, lines[start:end]) if m}
+    assert not missing, f"mkdocs.yml has no plugin {sorted(missing)}"
+    config.write_text("".join(lines[:start] + kept + comments + lines[end:]), encoding="utf-8")
+
+
 def breaking(op: str, bound: float) -> float:
     """A value on the wrong side of ``op bound`` that a record may still hold: no negative one where
     the bound is positive (a duration, a ratio), and below 1 or 100 from a bound under them (a share)."""

@@ -119,3 +119,21 @@ def test_the_one_pass_anchor_renaming_gives_the_plugins_page(built_site, monkeyp
         html = (built_site / page / "index.html").read_text(encoding="utf-8")
         ours = print_edition.update_anchor_ids(html, page)
         assert ours != html and ours == theirs(html, page), page
+
+
+def test_the_anchors_are_found_as_the_plugins_pattern_finds_them(built_site):
+    """The renaming searches for the plugin's pattern only in the lines that hold ``id="``: the
+    same matches as over the whole page, on made-up HTML (a tag whose id comes on a later line, a
+    match that runs past its tag, an id whose value spans lines) and on two of the book's pages."""
+    def both(text):
+        return ([(m.span(), m.groups()) for m in print_edition.anchor_matches(text)],
+                [(m.span(), m.groups()) for m in print_edition._ANCHOR.finditer(text)])
+
+    made = ['<h2 class="a"\n id="x">x</h2>\n<p>no ids <b>here</b></p>\n<li><a ID="y">y</a></li> <h3 id="z">z',
+            '<h2 id="a">A</h2>\n\n<sup id="b"\n>1</sup>', '<li id="a\nb">x</li>\n<h2 id="c">c</h2>', "", "<p>none</p>"]
+    for text in made:
+        ours, theirs = both(text)
+        assert ours == theirs, text
+    for page in ("measuring", "glossary"):
+        ours, theirs = both((built_site / page / "index.html").read_text(encoding="utf-8"))
+        assert ours == theirs and len(ours) > 10, page

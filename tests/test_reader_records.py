@@ -10,7 +10,8 @@ book cannot use in places (``tests/reader_folders.py``: zeros on a log axis, ano
 calculator's plot, renamed figures, cases as text) and files it cannot load at all.
 
 The four folders go into one strict build (``LAB_EXTRA_RECORDS`` lists folders as ``PATH``
-does): a build of the book is most of a minute, so one, not five. Each test reads its own
+does): a build of the book is most of a minute, so one, not five; and one without the plugins
+that read no record (``UNREAD``). Each test reads its own
 folder in it: the tabs and Appendix A name the folder, and a claim's verdict names the
 group it came from (``lab-records/<n>-<folder>/...``).
 
@@ -36,7 +37,8 @@ from examples.lab.provenance import source_sha256
 from examples.lab.records import counted_runs, load_records, record_files
 from examples.lab.registry import import_topic
 from tests.reader_folders import broken_reasons, odd_folder
-from tests.test_build import REPO, as_runs, build, checkable, contradict, page_claims, scratch_copy, shortcodes
+from tests.test_build import (REPO, as_runs, build, checkable, contradict, page_claims, scratch_copy, shortcodes,
+                              without_plugins)
 
 TOPIC = "graphs.launch_cost"
 PAGE = "cuda-graphs/index.html"  # shows a table and a plot of TOPIC
@@ -81,6 +83,10 @@ class Readers(NamedTuple):
         return f"lab-records/{list(self[:4]).index(folder) + 1}-{folder.name}/"
 
 
+#: Plugins of the book that read no record, left out of this build: the search index and the print
+#: page (every page again, on one; the book's own build checks both). A third of the build's time.
+UNREAD = ("search", "print-site")
+
 #: The odd records the build meets (each its own GPU tab): a few kinds, each failing a different check.
 ODD = ["zeros", "other-units", "renamed-metrics", "text-cases"]
 
@@ -102,6 +108,7 @@ def readers(tmp_path_factory, cli) -> Readers:
     odd = base / "odd-run"
     odd_files = odd_folder(odd, topics=[TOPIC], oddities=ODD)
     tree = scratch_copy(base)  # the book, one of whose runs is rewritten below
+    without_plugins(tree, UNREAD)
     records = tree / "docs" / "records"
     untouched = {TOPIC, _breaking_claim()[1].topic}  # the readers' folders read these topics' claims
     page, claim = next((p, c) for p, c in page_claims() if c.topic not in untouched and checkable(records, c))
