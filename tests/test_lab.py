@@ -910,11 +910,14 @@ def test_a_set_up_kept_for_the_next_topic_is_freed_when_another_comes_next():
     assert "capstone.fused_decode" in decode.SHARES_WITH and decode.release is decode.release_setup
     freed = []
     module = types.SimpleNamespace(SHARES_WITH=("capstone.fused_decode",), release=lambda: freed.append(1))
-    _release_shared(module, ["capstone.decode", "capstone.fused_decode"], "capstone.decode")
+    assert _release_shared(module, ["capstone.decode", "capstone.fused_decode"], 0) is module
     assert freed == [], "the sharing topic comes next: keep it"
-    _release_shared(module, ["capstone.decode", "stack.roofline", "capstone.fused_decode"], "capstone.decode")
-    _release_shared(module, ["capstone.decode"], "capstone.decode")
+    assert _release_shared(module, ["capstone.decode", "stack.roofline", "capstone.fused_decode"], 0) is None
+    assert _release_shared(module, ["capstone.decode"], 0) is None
     assert freed == [1, 1], "another topic, or none, comes next: free it"
+    # The same topic twice: what follows this run of it decides, not what follows its first.
+    twice = ["capstone.decode", "stack.roofline", "capstone.decode", "capstone.fused_decode"]
+    assert _release_shared(module, twice, 2) is module and freed == [1, 1]
 
 
 def test_a_set_up_kept_for_a_topic_that_is_then_skipped_is_freed(run_fake_topics, capsys):
@@ -930,8 +933,11 @@ def test_a_set_up_kept_for_a_topic_that_is_then_skipped_is_freed(run_fake_topics
     assert "skipped fake.sharer: needs a CUDA GPU" in capsys.readouterr().out
     assert freed == ["keeper"], "what was kept for the skipped topic must go when it is skipped"
     freed.clear()
-    sharer.REQUIRES_CUDA = False  # it runs: it uses the set-up (its own release frees it), nothing else does
-    assert run_fake_topics(topics) == 0 and freed == []
+    sharer.REQUIRES_CUDA = False  # it runs and uses the set-up; whatever it did, the runner frees it after
+    assert run_fake_topics(topics) == 0 and freed == ["keeper"]
+    freed.clear()
+    sharer.measure = lambda lab: (_ for _ in ()).throw(RuntimeError("its set-up step failed"))
+    assert run_fake_topics(topics) == 1 and freed == ["keeper"], "a topic that fails before its own release"
 
 
 def test_the_check_reads_every_chunk_and_both_parts_of_complex_numbers(monkeypatch):

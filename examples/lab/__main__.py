@@ -203,7 +203,7 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
     topics = list(bar.iterable)
     poisoned_by = None  # a topic whose CUDA error left this process's context unusable
     kept_by = None  # the module that kept what it built for the next topic (its SHARES_WITH)
-    for topic in bar:
+    for position, topic in enumerate(bar):
         kept_for_this, kept_by = kept_by, None
         try:
             bar.set_description(topic)
@@ -231,22 +231,15 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
                 module.configure(args)
             if device.type == "cuda" and not args.quick:
                 _free_memory(device)  # what earlier topics left is not this one's room, nor its peak
-            room = memory.available(device, args.memory_limit) if device.type == "cuda" else None
+            # A set-up kept for this topic is its own room: its need counts the set-up it shares.
+            room = memory.available(device, args.memory_limit, live_is_room=kept_for_this is not None) \
+                if device.type == "cuda" else None
             need = needs.get(memory.need_key(topic, model))
             too_big = None if room is None or args.quick else memory.does_not_fit(need, room, gpu)
-            if too_big and kept_for_this is not None:
-                # Its need counts the set-up it would have shared: free that and ask again (the topic
-                # then builds its own), rather than skip a topic for memory held on its behalf.
-                _release(kept_for_this)
-                kept_for_this = None
-                _free_memory(device)
-                room = memory.available(device, args.memory_limit)
-                too_big = memory.does_not_fit(need, room, gpu)
             if too_big:
                 smaller = memory.smaller_model_that_fits(topic, needs, room) if hasattr(module, "configure") else None
                 skipped.append(f"{topic}: {too_big}{smaller or ''}")
                 continue
-            kept_for_this = None  # the topic uses it, and releases it (or keeps it for the next)
             watching = device.type == "cuda" and not args.quick and memory.PeakWatch.wanted()
             watch = memory.PeakWatch() if watching else contextlib.nullcontext()
             try:
@@ -273,7 +266,7 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
                     poisoned_by = topic  # sticky: every later CUDA call of this process fails the same way
                 continue
             finally:
-                kept_by = _release_shared(module, topics, topic)
+                kept_by = _release_shared(module, topics, position)
             if watching:
                 _report_peak(memory.need_key(topic, model), watch.peak, gpu, args.memory_limit)
             try:
@@ -284,7 +277,9 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
                 failures.append(f"{topic}: cannot write its record under {args.out}: {exc.strerror or exc}")
 
         finally:
-            if kept_for_this is not None:  # this topic did not run: what was kept for it goes now
+            # What was kept for this topic goes now: it was skipped, failed, or ran and let it go
+            # (a second release frees nothing), unless this topic keeps it for the next in turn.
+            if kept_for_this is not None and kept_by is None:
                 _release(kept_for_this)
 
 def _gpu_name(device) -> str:
@@ -407,13 +402,13 @@ def _device_usable(device) -> bool:
         return False
 
 
-def _release_shared(module, topics: list[str], topic: str):
-    """A topic may keep what it built for the topic after it (``SHARES_WITH``, its
-    ``release()``); when that topic does not come next, it is freed now. Returns ``module``
-    where it keeps it (the runner frees it if that topic is then skipped), else None."""
+def _release_shared(module, topics: list[str], position: int):
+    """A topic (``topics[position]``) may keep what it built for the topic after it
+    (``SHARES_WITH``, its ``release()``); when that topic does not come next, it is freed now.
+    Returns ``module`` where it keeps it (the runner frees it after the next topic), else None."""
     if getattr(module, "release", None) is None:
         return None
-    following = topics[topics.index(topic) + 1:topics.index(topic) + 2]
+    following = topics[position + 1:position + 2]
     if set(following) & set(getattr(module, "SHARES_WITH", ())):
         return module
     _release(module)

@@ -57,14 +57,19 @@ def _usage(device) -> tuple[int, int, int]:
     return free, total, torch.cuda.memory_reserved(device)
 
 
-def available(device, limit_gib: float | None = None) -> float:
+def available(device, limit_gib: float | None = None, *, live_is_room: bool = False) -> float:
     """Bytes a topic starting now could have on ``device``: what is free, plus what this
-    process's allocator holds and would hand back; at most ``limit_gib`` (a smaller card's
-    memory, for ``--memory-limit``) less what is in use beside this process's allocator."""
+    process's allocator has cached and would hand back; at most ``limit_gib`` (a smaller card's
+    memory, for ``--memory-limit``) less what is in use beside this process's allocator. The
+    tensors this process still holds (what earlier topics left) are no room, unless
+    ``live_is_room``: the topic will use them (a set-up an earlier topic kept for it)."""
+    import torch
+
     free, total, mine = _usage(device)
-    room = free + mine
+    live = 0 if live_is_room else torch.cuda.memory_allocated(device)
+    room = free + mine - live
     if limit_gib is not None:
-        room = min(room, limit_gib * GIB - (total - free - mine))
+        room = min(room, limit_gib * GIB - (total - free - mine) - live)
     return max(room, 0)
 
 
