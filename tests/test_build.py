@@ -171,19 +171,19 @@ def without_plugins(tree: Path, names: tuple[str, ...]) -> None:
     lines = config.read_text(encoding="utf-8").splitlines(keepends=True)
     start = lines.index("plugins:\n") + 1
     end = next(i for i in range(start, len(lines)) if lines[i].strip() and not lines[i].startswith(" "))
-    kept, comments, dropping = [], [], False
+    kept, comments, dropping, found = [], [], False, set()
     for line in lines[start:end]:
-        entry = re.match(r"  - ([\w-]+)", line)
         if line.startswith("  #"):
             comments.append(line)
             continue
+        entry = re.match(r"  - ([\w-]+)", line)
         if entry:
+            found.add(entry[1])
             dropping = entry[1] in names
         if not dropping:
             kept += comments + [line]
         comments = []
-    missing = set(names) - {m[1] for m in map(re.compile(r"  - ([\w-]+)").match, lines[start:end]) if m}
-    assert not missing, f"mkdocs.yml has no plugin {sorted(missing)}"
+    assert set(names) <= found, f"mkdocs.yml has no plugin {sorted(set(names) - found)}"
     config.write_text("".join(lines[:start] + kept + comments + lines[end:]), encoding="utf-8")
 
 
