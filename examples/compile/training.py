@@ -35,12 +35,14 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from examples.compile.fusion import gelu_tanh
+from examples.lab.kernels import gpu_operations
 from examples.lab.timing import ops_per_call
 
 #: The partitioner's activation memory budget tried beside its default (1.0, no limit).
@@ -100,8 +102,10 @@ def saved_for_backward(forward, block, x) -> list[torch.Tensor]:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         forward(block, x)
     kept = list(seen.values())
-    # torch.compile's cache keeps the hook it traced under, and with it this dict: empty it,
-    # or the activations stay allocated after the topic (580 MiB on an H200 at the book's size).
+    # A cycle Python's gc cannot see: the dict keeps each activation, the activation its
+    # autograd node, the node the hooks it saved under (held in C++, PySavedVariableHooks),
+    # and the pack hook this dict. Emptied, it breaks; kept, the activations outlive the
+    # topic (580 MiB on an H200 at the book's size).
     seen.clear()
     return kept
 # --8<-- [end:saved]
@@ -126,6 +130,11 @@ def peak_bytes(lab, step) -> int:
     peak = torch.cuda.max_memory_allocated(lab.device) - before
     del grads
     return peak
+
+
+def frames_compiled() -> int:
+    """Frames Dynamo has compiled in this process so far."""
+    return torch._dynamo.utils.counters["frames"]["total"]
 
 
 def timed_first_call(lab, call) -> float:
@@ -157,6 +166,9 @@ def measure_block(lab, tokens: int, width: int, hidden: int, dtype) -> None:
             lab, lambda: training_step(compiled_on_budget, block, x, dy))}
     variants[budget_name] = compiled_on_budget
     compile_s["compiled"] = timed_first_call(lab, lambda: training_step(variants["compiled"], block, x, dy))
+    # The budget holds only for graphs compiled inside the patch above: a later recompile
+    # (a guard failing) would measure the default partition under the budget's name.
+    compiled = frames_compiled()
 
     # Correct first: every gradient against float32 eager on the same weights and inputs.
     reference_block = copy.deepcopy(block).float()
@@ -186,6 +198,9 @@ def measure_block(lab, tokens: int, width: int, hidden: int, dtype) -> None:
     steps = {v: (lambda f=f: training_step(f, block, x, dy)) for v, f in variants.items()}
     times = lab.compare(steps, case=case, key="variant", metric="step_time", baseline="eager")
     # --8<-- [end:compare_step]
+    if frames_compiled() != compiled:
+        raise RuntimeError("a compiled variant compiled again after its first call, outside "
+                           "its memory budget: its figures would not be the budget's")
     flops = 3 * 3 * 2 * tokens * width * hidden  # three products, each forward + two gradients
     for variant, t in times.items():
         lab.value(case=case | {"variant": variant}, metric="rate", unit="TFLOP/s",
@@ -241,8 +256,12 @@ def measure_optimizer(lab, layers: int, width: int, hidden: int) -> None:
                       tolerance=1e-4)
     if lab.cuda:
         for variant, step in steps.items():
+            ops = gpu_operations(step)
             lab.value(case=case | {"variant": variant}, metric="kernels_per_step",
-                      value=ops_per_call(step), unit="")
+                      value=len(ops), unit="")
+            # Which kernels, and how often each: a foreach operation may launch more than once.
+            launches = Counter(op.name[:100] for op in ops)
+            lab.note(f"GPU operations of one step, {variant}", dict(sorted(launches.items())))
     times = lab.compare(steps, case=case, key="variant", metric="step_time", baseline="foreach",
                         speedup_metric="speedup_over_foreach")
     # Each step reads parameter, gradient and both moments and writes three of them back.
