@@ -260,7 +260,8 @@ def measure_optimizer(lab, layers: int, width: int, hidden: int) -> None:
             lab.value(case=case | {"variant": variant}, metric="kernels_per_step",
                       value=len(ops), unit="")
             # Which kernels, and how often each: a foreach operation may launch more than once.
-            launches = Counter(op.name[:100] for op in ops)
+            # Whole names: the template arguments say which operation, and which launch limits.
+            launches = Counter(op.name for op in ops)
             lab.note(f"GPU operations of one step, {variant}", dict(sorted(launches.items())))
     times = lab.compare(steps, case=case, key="variant", metric="step_time", baseline="foreach",
                         speedup_metric="speedup_over_foreach")
