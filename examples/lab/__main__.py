@@ -608,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
                           "the topics that need more")
     run.add_argument("--model", choices=MODEL_CHOICES, default=None,
                      help="the Llama shape Chapter 9's topics decode (default: llama3-8b, the "
-                          "book's; llama3.2-3b for a 12-16 GiB GPU, llama3.2-1b for 8 GiB)")
+                          "book's; llama3.2-3b for a 16 GiB GPU, llama3.2-1b for 8 to 12 GiB)")
     run.set_defaults(handler=_run)
     validate = sub.add_parser("validate", help="check every record under a folder")
     validate.add_argument("dir", type=Path, metavar="DIR")
