@@ -156,6 +156,40 @@ def test_a_folded_section_s_prose_counts_in_depth_and_its_heading_on_the_main_li
     assert '<p class="lab-reading-time">About 1 min main line · 1 min in depth</p>' in out
 
 
+#: A page with each kind of markup the counters skip the inside of, and each kind that keeps it:
+#: a highlighted listing, a table, a drawing, a table holding a listing, tabs of tables, a folded
+#: section holding a table and a drawing inside another, headings inside and outside them all.
+_MARKUP = ('<h1 id="t">Title &amp; more</h1><p>Some <em>prose</em> words.</p>'
+           '<div class="language-py highlight"><pre><span></span><code><span class="k">for</span> x &lt; 3:\n'
+           '<span class="w">  </span>pass\n</code></pre></div>'
+           '<table><thead><tr><th>words <abbr title="x">here</abbr></th></tr></thead>'
+           '<tbody><tr><td><span class="lab-runs">1 ms</span></td></tr></tbody></table>'
+           '<figure class="lab-plot"><svg viewBox="0 0 9 9"><g><text>1 ms</text><svg><text>in</text></svg></g></svg></figure>'
+           '<table><tr><td><pre><code>a\nb\n</code></pre></td></tr></table>'
+           '<div class="tabbed-set"><div class="tabbed-content"><div class="tabbed-block"><table><tr><td>x</td></tr></table>'
+           '<p>first tab words</p></div><div class="tabbed-block"><p>second tab words</p>'
+           '<pre><code>c\n</code></pre></div></div></div>'
+           '<h2 id="d">In depth: a fold</h2><p>folded prose here</p><table><tr><td><h3>not a heading</h3></td></tr></table>'
+           '<h3 id="e">Inside</h3><p>more folded prose</p><pre class="mermaid">flowchart TD; a --> b</pre>'
+           '<h2 id="f">After</h2><p>main line again</p>')
+
+
+def test_the_counters_skip_only_markup_whose_inside_they_never_count(monkeypatch):
+    """The counters parse each page less the inside of its listings' markup, tables and drawings
+    (``_lighter``: a fifth of the tags): the folds, reading time and counts are those of the whole."""
+    assert reading._lighter(_MARKUP).count("<") < _MARKUP.count("<") * 3 / 4, "nothing skipped: vacuous"
+    assert len(reading._lighter(_MARKUP, blank=True)) == len(_MARKUP), "offsets must stay"
+    folded = reading.fold_depth(_MARKUP)
+    light = (folded, reading.reading_line(folded), vars(reading.count(folded)).copy())
+    monkeypatch.setattr(reading, "_lighter", lambda text, blank=False: text)
+    folded = reading.fold_depth(_MARKUP)
+    whole = (folded, reading.reading_line(folded), vars(reading.count(folded)).copy())
+    assert [light[0], light[1]] == [whole[0], whole[1]]
+    keys = ("words", "depth_words", "code_lines")
+    assert {k: light[2][k] for k in keys} == {k: whole[2][k] for k in keys}
+    assert light[2]["code_lines"] == 4 and "lab-depth" in light[0]  # the second tab's line is unseen
+
+
 def test_the_script_that_opens_a_folded_section_for_a_link_is_loaded_on_every_page(built_site):
     from mkdocs.config import load_config
 

@@ -212,10 +212,41 @@ class _Counter(HTMLParser):
                 self.words += len(data.split())
 
 
+#: A listing, its body apart; a table or drawing, its body apart (its closing tag found by name).
+_PRE_BODY = re.compile(r"(<pre\b[^>]*>)(.*?)(</pre>)", re.S)
+_INERT = re.compile(r"(<(table|svg)\b[^>]*>)(.*?)(</\2>)", re.S)
+_TAG = re.compile(r"<[^>]*>")
+#: Inside a table or drawing, what could matter to the counters: then its body is kept as it is.
+_NOT_INERT = ("<table", "<svg", "<pre", "<script", "tabbed")
+
+
+def _lighter(page_html: str, *, blank: bool = False) -> str:
+    """``page_html`` less what the counters parse but never count, so that they parse a fifth
+    as many tags (the pages' listings and tables are most of their markup): the tags inside each
+    listing (its text is kept: its lines are counted) and the body of each table and drawing
+    (no word in them is prose) that holds nothing of :data:`_NOT_INERT`. With ``blank``, the
+    whole body of each is replaced by spaces, line breaks kept, so that offsets into the result
+    are offsets into ``page_html`` (:class:`_Outline` looks only at tags outside all three)."""
+    def blanked(text: str) -> str:
+        return re.sub(r"[^\n]", " ", text)
+
+    def listing(m: re.Match[str]) -> str:
+        body = blanked(m.group(2)) if blank else _TAG.sub("", m.group(2))
+        return m.group(1) + body + m.group(3)
+
+    def inert(m: re.Match[str]) -> str:
+        body = m.group(3)
+        if any(marker in body for marker in _NOT_INERT):
+            return m.group(0)
+        return m.group(1) + (blanked(body) if blank else "") + m.group(4)
+
+    return _INERT.sub(inert, _PRE_BODY.sub(listing, page_html))
+
+
 def count(page_html: str) -> _Counter:
     """The counts of a page's (or a section's) HTML: its words, on the main line and in depth, and its code."""
     counter = _Counter()
-    counter.feed(_STALE_NOTE.sub(r'<div class="admonition warning lab-stale">\1', page_html))
+    counter.feed(_lighter(_STALE_NOTE.sub(r'<div class="admonition warning lab-stale">\1', page_html)))
     counter.close()
     return counter
 
@@ -327,7 +358,7 @@ class _Outline(HTMLParser):
         self._open: list[str] = []
         self.headings: list[tuple[int, int]] = []
         self.end = len(text)
-        self.feed(text)
+        self.feed(_lighter(text, blank=True))
         self.close()
 
     def _offset(self) -> int:
