@@ -4,8 +4,8 @@ Builds the site (``mkdocs build --strict``), serves it from 127.0.0.1 and opens
 every page (but the print edition, which tests/test_print_edition.py opens) in Debian's
 Chromium (``/usr/bin/chromium``, driven by Playwright), in each palette the site offers.
 A page fails on any console error, uncaught page error, failed request, HTTP status >= 400,
-or request to any host but the local server (those are aborted: the book must read offline). Every Mermaid diagram must
-have rendered (Material swaps ``pre.mermaid`` for a ``div.mermaid`` host whose
+or request to any host but the local server (those are aborted: the book must read
+offline). Every Mermaid diagram must have rendered (Material swaps ``pre.mermaid`` for a ``div.mermaid`` host whose
 closed shadow root holds the SVG, so the host is what can be tested) and every
 formula (``.arithmatex``) must hold KaTeX output. In either palette every page of the book must
 show its reading time, and a plot's text in the page's colour must contrast with the page (4.5:1).
