@@ -373,10 +373,13 @@ def record_files(root: Path) -> list[Path]:
 
 
 def load_records(root: Path) -> list[Record]:
-    """Every record under ``root``, validated."""
+    """Every record under ``root``, validated. The book's own (:data:`BOOK_RECORDS`) are read and
+    validated once a process while their files are unchanged (:func:`_load_unchanged`: the tests
+    ask for all of them a dozen times a worker); those records are shared, not to be modified."""
     if not root.is_dir():
         raise RecordError(f"{root}: no such records folder")
-    return [load_record(p) for p in record_files(root)]
+    load = _load_unchanged if root.resolve() == BOOK_RECORDS.resolve() else load_record
+    return [load(p) for p in record_files(root)]
 
 
 def record_path(root: Path, record: Record) -> Path:
