@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import re
 from html.parser import HTMLParser
@@ -288,14 +289,18 @@ class _Figures(HTMLParser):
         self._in = None
 
 
-def book_figures(site: Path):
+@functools.cache
+def book_figures(site: Path) -> tuple[tuple[Path, dict], ...]:
+    """Every plot of the built ``site``, with its page: read once a session (its pages are 20 MB
+    of HTML), for the tests below to read, not to change."""
+    found = []
     for page in sorted(site.rglob("index.html")):
         if page.parent.name == "print_page":  # the print edition: these plots again, their ids prefixed by
             continue                          # the plugin per chapter (tests/test_print_edition.py)
         parser = _Figures()
         parser.feed(page.read_text(encoding="utf-8"))
-        for f in parser.figures:
-            yield page, f
+        found += [(page, f) for f in parser.figures]
+    return tuple(found)
 
 
 def test_every_plot_of_the_book_is_numbered_hoverable_downloadable_and_free_of_e_notation(built_site):
