@@ -410,7 +410,7 @@ def fold_depth(html_text: str) -> str:
         out.append(html_text[position:offset])
         while sections and sections[-1][0] >= level:
             close_section()
-        text = html.unescape(re.sub(r"<[^>]+>", "", heading.group(0))).strip()
+        text = html.unescape(_TAG.sub("", heading.group(0))).strip()
         if level in _DEPTH_LEVELS and text.startswith(DEPTH_PREFIX):
             # A teaser (the heading's data-teaser, from attr_list) says in the summary what the
             # fold holds and why a reader might open it.
@@ -445,7 +445,7 @@ def _folded(listing: re.Match[str]) -> str:
     lines = listing.group(0).count('<span id="__span-')
     if lines <= FOLD_LINES:
         return listing.group(0)
-    title = re.sub(r"<[^>]+>", "", listing.group(1) or "") or "the listing"
+    title = _TAG.sub("", listing.group(1) or "") or "the listing"
     return (f'<details class="lab-listing"><summary>{title}: {lines} lines (open to read)</summary>'
             f"{listing.group(0)}</details>")
 
