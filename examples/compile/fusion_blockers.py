@@ -32,7 +32,6 @@ kernels; 1.9 GiB of GPU memory at the peak (input, output, eager's intermediates
 """
 from __future__ import annotations
 
-import contextlib
 import re
 import sys
 import time
@@ -41,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from examples.compile.fusion_limits import kernel_durations
+from examples.lab.recompile import compiled_once
 from examples.lab.timing import ops_per_call
 
 
@@ -141,20 +141,6 @@ def read_launches(codes: list[str]) -> dict[str, list[str]]:
             found["in order"].append(name)
     return found
 # --8<-- [end:read]
-
-
-@contextlib.contextmanager
-def compiled_once(where: str):
-    """Inside, nothing is compiled: a recompile is an error (not a silent fall back to eager
-    after ``recompile_limit`` tries), and so is a first compile, as of code a reset dropped."""
-    def frames():
-        return torch._dynamo.utils.counters["frames"]["total"]
-
-    before = frames()
-    with torch._dynamo.config.patch(error_on_recompile=True):
-        yield
-    if frames() != before:
-        raise RuntimeError(f"Dynamo compiled {frames() - before} frame(s) while {where}")
 
 
 def measure(lab) -> None:
