@@ -269,7 +269,7 @@ TOPIC_METRICS: dict[str, dict[str, str]] = {
         "reused_after_sync": "block reused once the stream finished"},
     "compile.training": {"speedup": "speed-up over eager", "compile": "compile time (first call)",
                          "rate": "useful rate (the products' FLOPs)",
-                         "bandwidth": "bandwidth at the traffic floor (one read or write of each list)",
+                         "bandwidth": "one pass's bytes over the kernel time",
                          "kernel_speedup_over_foreach": "speed-up over foreach (kernel time)"},
     "compile.fusion_limits": {"generated_kernels": "kernels Inductor generated (launched per call)",
                               "library_calls": "library calls (cuBLAS)", "gpu_operations": "GPU operations per call",
