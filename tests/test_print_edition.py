@@ -122,15 +122,18 @@ def test_the_one_pass_anchor_renaming_gives_the_plugins_page(built_site, monkeyp
 
 
 def test_the_anchors_are_found_as_the_plugins_pattern_finds_them(built_site):
-    """The renaming searches for the plugin's pattern only in the lines that hold ``id="``: the
-    same matches as over the whole page, on made-up HTML (a tag whose id comes on a later line, a
-    match that runs past its tag, an id whose value spans lines) and on two of the book's pages."""
+    """The renaming searches for the plugin's pattern only in the lines that hold ``id="``, up to
+    each line's last id: the same matches as over the whole page, on made-up HTML (a tag whose id
+    comes on a later line, a match that runs past its tag, an id whose value spans lines, tags after
+    a line's last id) and on two of the book's pages."""
     def both(text):
         return ([(m.span(), m.groups()) for m in print_edition.anchor_matches(text)],
                 [(m.span(), m.groups()) for m in print_edition._ANCHOR.finditer(text)])
 
     made = ['<h2 class="a"\n id="x">x</h2>\n<p>no ids <b>here</b></p>\n<li><a ID="y">y</a></li> <h3 id="z">z',
-            '<h2 id="a">A</h2>\n\n<sup id="b"\n>1</sup>', '<li id="a\nb">x</li>\n<h2 id="c">c</h2>', "", "<p>none</p>"]
+            '<h2 id="a">A</h2>\n\n<sup id="b"\n>1</sup>', '<li id="a\nb">x</li>\n<h2 id="c">c</h2>', "", "<p>none</p>",
+            # tags after a line's last id (where the search stops), and a last id with no ">" after it
+            '<p><b id="x">x</b><i>i</i><u>u</u></p>', '<h2 id="a">A</h2> <b>b</b> <i ID="c" class="d"']
     for text in made:
         ours, theirs = both(text)
         assert ours == theirs, text

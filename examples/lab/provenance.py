@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import os
 import platform
 import re
 import subprocess
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -150,15 +152,30 @@ def _nvidia_smi(device_index: int) -> tuple[str | None, dict[str, float] | None,
     return parts[0], numbers or None, limit
 
 
+#: The distributions that install the module ``triton``: PyPI's, and the builds PyTorch's own
+#: wheels pin (CUDA, ROCm).
+TRITON_DISTRIBUTIONS = ("triton", "pytorch-triton", "pytorch-triton-rocm")
+
+
+def _triton_version() -> str | None:
+    """Triton's version, read from the module where it is imported, else from its installed
+    metadata: importing Triton only to read its version cost about a second of CPU per record of a
+    CPU run (most of a small example's), and a CPU run need not import it at all."""
+    module = sys.modules.get("triton")
+    if module is not None:
+        return getattr(module, "__version__", None)
+    for name in TRITON_DISTRIBUTIONS:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
 def machine_info(device: str) -> Machine:
     import torch
 
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = None
+    triton_version = _triton_version()
 
     gpu = {
         "gpu_name": None, "sm_count": None, "compute_capability": None,

@@ -81,7 +81,18 @@ def anchor_matches(page_html: str):
         start = page_html.rfind("\n", 0, found.start()) + 1
         end = page_html.find("\n", found.start())
         searched_to = len(page_html) if end < 0 else end
-        yield from _ANCHOR.finditer(page_html, start, searched_to)
+        yield from _ANCHOR.finditer(page_html, start, _last_match_end(page_html, found.start(), searched_to))
+
+
+def _last_match_end(page_html: str, first_id: int, line_end: int) -> int:
+    """Where the line's last possible match ends: at the first ``>`` after its last ``id="..."``.
+    Every match holds an ``id="..."`` and ends at the first ``>`` after it, so none ends later;
+    past there the search only failed, from each ``<``, over the rest of the line (an inline
+    plot's line: thousands of tags after its one id, seconds of a build)."""
+    *_, last = _ID.finditer(page_html, first_id, line_end)
+    quote = page_html.find('"', last.end(), line_end)
+    close = page_html.find(">", quote + 1, line_end) if quote >= 0 else -1
+    return line_end if close < 0 else close + 1
 
 
 def update_anchor_ids(page_html: str, page_key: str) -> str:
