@@ -27,7 +27,7 @@ compile while counting or timing is an error), and after timing each way must st
 exactly the operations its code launches.
 
 Inputs are 8192 x 8192 float32 (256 MiB) on a GPU, 64 x 64 on the CPU's quick path.
-Cost on an H200: 6 to 9 s, nearly all compiling (seven small graphs); under a second of
+Cost on an H200: 4 to 5 s, nearly all compiling (seven small graphs); under a second of
 kernels; 1.9 GiB of GPU memory at the peak (input, output, eager's intermediates).
 """
 from __future__ import annotations
