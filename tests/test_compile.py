@@ -148,3 +148,24 @@ def test_fusion_blockers_ways_give_dynamo_the_graphs_they_claim():
     with pytest.raises(Exception, match="graph_break|Graph break|graph break"):
         torch.compile(fb.a_graph_break, backend="eager", fullgraph=True)(x)
     torch._dynamo.reset()
+
+
+def test_blocks_kept_names_each_tuned_triton_kernel_and_its_launch():
+    """compile.fusion_blockers notes the block size each generated kernel kept from its first
+    call's benchmark; read here from a module shaped as Inductor's (kernels as module globals)."""
+    import types
+
+    from examples.compile.fusion_blockers import blocks_kept
+
+    def kernel(*launches, tried=2):
+        configs = [types.SimpleNamespace(kwargs={"XBLOCK": block}, num_warps=warps) for block, warps in launches]
+        return types.SimpleNamespace(launchers=[types.SimpleNamespace(config=c) for c in configs],
+                                     configs=[None] * tried)
+
+    module = types.ModuleType("output_code")
+    module.triton_poi_fused_gelu_1 = kernel((512, 8))
+    module.triton_poi_fused_tanh_0 = kernel((1024, 4), (512, 8))  # two launchers: not benchmarked yet
+    module.helper = kernel((1024, 4))  # not a generated kernel's name
+    assert blocks_kept([module]) == ["triton_poi_fused_gelu_1: XBLOCK=512, 8 warps (of 2 tried)",
+                                     "triton_poi_fused_tanh_0: 2 configurations, none kept yet"]
+    assert blocks_kept([types.ModuleType("empty")]) == []

@@ -22,7 +22,9 @@ in the generated ``call``). On a GPU the profiler counts the operations one call
 the kernels' own time (``timer="kernel"``) compares each compiled function with eager in
 interleaved rounds: the claim is about the GPU's work, not the host's (a graph break
 also costs a second guard check and launch on the host, which this leaves out). Each
-operation's own duration goes in the notes. Nothing is compiled after it was read (a
+operation's own duration goes in the notes, and so does the block size each generated
+kernel kept from its first call's benchmark (which may differ between runs of the same
+code). Nothing is compiled after it was read (a
 compile while counting or timing is an error), and after timing each way must still run
 exactly the operations its code launches.
 
@@ -143,7 +145,30 @@ def read_launches(codes: list[str]) -> dict[str, list[str]]:
 # --8<-- [end:read]
 
 
+def blocks_kept(modules) -> list[str]:
+    """Each generated Triton kernel of Inductor's ``modules`` and the launch configuration its
+    first call kept: Inductor benchmarks a few block sizes for a kernel at that call and keeps
+    the fastest (``CachingAutotuner``, ``torch/_inductor/runtime/triton_heuristics.py``), so two
+    runs of the same code may launch it differently. ``name: XBLOCK=1024, 4 warps (of 2 tried)``."""
+    kept = []
+    for module in modules:
+        for name, kernel in vars(module).items():
+            launchers = getattr(kernel, "launchers", None)
+            if not name.startswith("triton_") or not launchers:
+                continue
+            if len(launchers) != 1:  # not benchmarked yet: nothing was kept
+                kept.append(f"{name}: {len(launchers)} configurations, none kept yet")
+                continue
+            config = launchers[0].config
+            sizes = ", ".join(f"{key}={value}" for key, value in config.kwargs.items())
+            tried = len(getattr(kernel, "configs", None) or ())
+            kept.append(f"{name}: {sizes}, {config.num_warps} warps" + (f" (of {tried} tried)" if tried else ""))
+    return kept
+
+
 def measure(lab) -> None:
+    from torch._inductor.codecache import PyCodeCache
+
     size = (8192, 8192) if lab.cuda and not lab.quick else (64, 64)
     g = torch.Generator(device=lab.device).manual_seed(0)
     register_opaque_tanh()
@@ -155,6 +180,7 @@ def measure(lab) -> None:
         calls = {"eager": lambda f=reference: f(x)}
         launched = {}
         for way, fn in ways.items():
+            loaded = len(PyCodeCache.modules)  # the modules Inductor loads for this way come after
             compiled, out, seconds, codes = compile_and_read(fn, x, OPTIONS.get(way))
             lab.check(f"{pattern}, {way}", out, expected, tolerance=1e-5)
             with compiled_once(f"calling {pattern}, {way} again"):
@@ -166,6 +192,8 @@ def measure(lab) -> None:
             lab.value(case=case, metric="fallback_calls", value=len(found["fallback"]), unit="")
             lab.value(case=case, metric="compile_time", value=seconds, unit="s")
             lab.note(f"launches, {pattern}, {way}", found["in order"])
+            if lab.cuda:  # on the CPU Inductor writes C++ kernels, which it does not tune so
+                lab.note(f"blocks kept, {pattern}, {way}", blocks_kept(PyCodeCache.modules[loaded:]))
             calls[way] = lambda c=compiled: c(x)
             launched[way] = len(found["in order"])
         if lab.cuda:
