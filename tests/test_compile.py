@@ -157,15 +157,18 @@ def test_blocks_kept_names_each_tuned_triton_kernel_and_its_launch():
 
     from examples.compile.fusion_blockers import blocks_kept
 
-    def kernel(*launches, tried=2):
+    def kernel(*launches):
         configs = [types.SimpleNamespace(kwargs={"XBLOCK": block}, num_warps=warps) for block, warps in launches]
-        return types.SimpleNamespace(launchers=[types.SimpleNamespace(config=c) for c in configs],
-                                     configs=[None] * tried)
+        return types.SimpleNamespace(launchers=[types.SimpleNamespace(config=c) for c in configs])
 
     module = types.ModuleType("output_code")
+    module.__file__ = "/tmp/inductor/ab/cabc.py"
     module.triton_poi_fused_gelu_1 = kernel((512, 8))
     module.triton_poi_fused_tanh_0 = kernel((1024, 4), (512, 8))  # two launchers: not benchmarked yet
     module.helper = kernel((1024, 4))  # not a generated kernel's name
-    assert blocks_kept([module]) == ["triton_poi_fused_gelu_1: XBLOCK=512, 8 warps (of 2 tried)",
-                                     "triton_poi_fused_tanh_0: 2 configurations, none kept yet"]
+    expected = ["triton_poi_fused_gelu_1: XBLOCK=512, 8 warps", "triton_poi_fused_tanh_0: 2 configurations, none kept yet"]
+    assert blocks_kept([module]) == expected
+    again = types.ModuleType("output_code")  # the same file loaded a second time
+    again.__dict__.update(vars(module))
+    assert blocks_kept([module, again]) == expected
     assert blocks_kept([types.ModuleType("empty")]) == []

@@ -29,7 +29,8 @@ compile while counting or timing is an error), and after timing each way must st
 exactly the operations its code launches.
 
 Inputs are 8192 x 8192 float32 (256 MiB) on a GPU, 64 x 64 on the CPU's quick path.
-Cost on an H200: 4 to 5 s, nearly all compiling (seven small graphs); under a second of
+Cost on an H200: 8 to 9 s alone, 4 to 5 s after another topic has compiled in the same run
+(the compiler's worker processes are then up), nearly all compiling (seven small graphs); under a second of
 kernels; 1.9 GiB of GPU memory at the peak (input, output, eager's intermediates).
 """
 from __future__ import annotations
@@ -149,9 +150,10 @@ def blocks_kept(modules) -> list[str]:
     """Each generated Triton kernel of Inductor's ``modules`` and the launch configuration its
     first call kept: Inductor benchmarks a few block sizes for a kernel at that call and keeps
     the fastest (``CachingAutotuner``, ``torch/_inductor/runtime/triton_heuristics.py``), so two
-    runs of the same code may launch it differently. ``name: XBLOCK=1024, 4 warps (of 2 tried)``."""
+    runs of the same code may launch it differently. ``name: XBLOCK=1024, 4 warps``. A module
+    loaded twice (the same file) is read once."""
     kept = []
-    for module in modules:
+    for module in {getattr(m, "__file__", None) or id(m): m for m in modules}.values():
         for name, kernel in vars(module).items():
             launchers = getattr(kernel, "launchers", None)
             if not name.startswith("triton_") or not launchers:
@@ -161,8 +163,7 @@ def blocks_kept(modules) -> list[str]:
                 continue
             config = launchers[0].config
             sizes = ", ".join(f"{key}={value}" for key, value in config.kwargs.items())
-            tried = len(getattr(kernel, "configs", None) or ())
-            kept.append(f"{name}: {sizes}, {config.num_warps} warps" + (f" (of {tried} tried)" if tried else ""))
+            kept.append(f"{name}: {sizes}, {config.num_warps} warps")
     return kept
 
 
