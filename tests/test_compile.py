@@ -168,7 +168,7 @@ def test_blocks_kept_names_each_tuned_triton_kernel_and_its_launch():
     module.helper = kernel((1024, 4))  # not a generated kernel's name
     expected = ["triton_poi_fused_gelu_1: XBLOCK=512, 8 warps", "triton_poi_fused_tanh_0: 2 configurations, none kept yet"]
     assert blocks_kept([module]) == expected
-    again = types.ModuleType("output_code")  # the same file loaded a second time
-    again.__dict__.update(vars(module))
+    again = types.ModuleType("output_code")  # the same graph's code loaded a second time
+    again.__dict__.update(vars(module), __file__="/tmp/inductor/fx/cabc.py")
     assert blocks_kept([module, again]) == expected
     assert blocks_kept([types.ModuleType("empty")]) == []
