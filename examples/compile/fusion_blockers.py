@@ -29,7 +29,7 @@ compile while counting or timing is an error), and after timing each way must st
 exactly the operations its code launches.
 
 Inputs are 8192 x 8192 float32 (256 MiB) on a GPU, 64 x 64 on the CPU's quick path.
-Cost on an H200: 8 to 9 s alone, 4 to 5 s after another topic has compiled in the same run
+Cost on an H200: 6 to 11 s alone, 4 to 5 s after another topic has compiled in the same run
 (the compiler's worker processes are then up), nearly all compiling (seven small graphs); under a second of
 kernels; 1.9 GiB of GPU memory at the peak (input, output, eager's intermediates).
 """
