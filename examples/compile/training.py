@@ -17,11 +17,12 @@ few kernels per operation over lists of tensors), its ``fused`` one (one kernel 
 of tensors for the whole update) and ``torch.compile(opt.step)`` (Inductor fuses the
 foreach operations' arithmetic horizontally), by kernels per step, by the time of one step
 with the host's issuing of it, and by its kernels' own durations (the profiler's), each
-timed in interleaved rounds.
+timed in interleaved rounds; then ``fused`` and the compiled step alone, in rounds of their
+own, for a ratio of the two paired by round (each comparison pairs with one baseline).
 
-Last, what the on-disk caches save: the same training step compiled with empty cache
-folders and again with Inductor's FX graph cache (and AOTAutograd's cache) already filled
-by an earlier compile of it, Dynamo's in-memory cache dropped between (``torch._dynamo.reset``).
+Last, what the on-disk caches save: one small training step (a GELU's forward and
+backward) compiled with empty cache folders and again with Inductor's FX graph cache (and
+AOTAutograd's cache) already filled by an earlier compile of it, Dynamo's in-memory cache dropped between (``torch._dynamo.reset``).
 
 On a CPU (the quick path) the block is compiled with ``aot_eager_decomp_partition``:
 Inductor's decompositions and the same min-cut partitioner, without generating C++, so the
@@ -271,6 +272,12 @@ def time_optimizer_steps(lab, steps, case) -> None:
             lab.note(f"GPU operations of one step, {variant}", dict(sorted(launches.items())))
     lab.compare(steps, case=case, key="variant", metric="step_time", baseline="foreach",
                 speedup_metric="speedup_over_foreach")
+    # ``fused`` against the compiled step, host included, paired by round: a comparison of the
+    # two alone, since one comparison pairs every variant with a single baseline.
+    lab.compare({v: steps[v] for v in ("torch.compile(step)", "fused")},
+                case=case | {"pair": "fused and the compiled step"}, key="variant",
+                metric="paired_step_time", baseline="torch.compile(step)",
+                speedup_metric="speedup_over_compiled")
     if lab.cuda:
         # The same steps by the durations of their kernels alone (the profiler's), in rounds of
         # their own: what ``step_time`` holds beyond these is the host's issuing of the step.
@@ -365,8 +372,8 @@ def measure(lab) -> None:
         measure_cache(lab, (64,))
         return
     measure_block(lab, tokens=4096, width=4096, hidden=11008, dtype=torch.bfloat16)
-    # A compiled optimizer's compile grows with its tensor count (108 tensors took 21 to 34 s
-    # on an H200): 27 tensors of the same 38.5 million elements move the same bytes.
+    # 27 tensors: an earlier version's 108 tensors of the same 38.5 million elements took 21 to
+    # 34 s to compile on an H200 (the tensor count is the likely driver, not measured apart).
     measure_optimizer(lab, layers=3, width=1024, hidden=2816)
     measure_cache(lab, (4096, 4096))
 
