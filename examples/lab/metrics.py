@@ -422,7 +422,7 @@ CASE_KEYS: dict[str, str] = {
 WORD_KEYS = frozenset({
     "allocator", "backend", "band", "batch", "bucket", "collective", "device", "elements", "filter", "format",
     "graphs", "inputs", "kernel", "kernels", "layer", "layers", "layout", "length", "level", "method", "mistake", "mode",
-    "part", "pattern", "phase", "pools", "precision", "product", "profiler", "provider", "rank", "recipe", "registration",
+    "pair", "part", "pattern", "phase", "pools", "precision", "product", "profiler", "provider", "rank", "recipe", "registration",
     "rung", "setting", "shape", "signals", "sparsity", "step", "timer", "timing", "tokens", "trace", "variant", "vocabulary", "way",
     "workload",
     "rung", "setting", "shape", "signals", "sparsity", "step", "timing", "tokens", "trace", "variant", "vocabulary", "way",
