@@ -421,20 +421,11 @@ CASE_KEYS: dict[str, str] = {
 #: a record uses (a test checks), so a new key is a decision: a word as it is, or words for it.
 WORD_KEYS = frozenset({
     "allocator", "backend", "band", "batch", "bucket", "collective", "device", "elements", "filter", "format",
-    "graphs", "inputs", "kernel", "kernels", "layer", "layers", "layout", "length", "level", "method", "mistake", "mode",
-    "pair", "part", "pattern", "phase", "pools", "precision", "product", "profiler", "provider", "rank", "recipe", "registration",
-    "rung", "setting", "shape", "signals", "sparsity", "step", "timer", "timing", "tokens", "trace", "variant", "vocabulary", "way",
-    "workload",
-    "rung", "setting", "shape", "signals", "sparsity", "step", "timing", "tokens", "trace", "variant", "vocabulary", "way",
-    "workload", "workspace",
     "graphs", "inputs", "kernel", "kernels", "layer", "layers", "layout", "length", "level", "mask", "method",
-    "mistake", "mode", "part", "pattern", "phase", "pools", "precision", "product", "profiler", "provider", "rank",
-    "recipe", "registration", "rung", "setting", "shape", "signals", "sparsity", "step", "timing", "tokens", "trace",
-    "variant", "vocabulary", "way", "workload",
-    "outputs", "part", "pattern", "phase", "pools", "precision", "product", "profiler", "provider", "rank", "recipe", "registration",
-    "replays", "rung", "setting", "shape", "signals", "sparsity", "stage", "step", "timing", "tokens", "trace", "variant", "vocabulary", "way",
-    "width", "workload",
-    "pool", "request",
+    "mistake", "mode", "outputs", "pair", "part", "pattern", "phase", "pool", "pools", "precision", "product",
+    "profiler", "provider", "rank", "recipe", "registration", "replays", "request", "rung", "setting", "shape",
+    "signals", "sparsity", "stage", "step", "timer", "timing", "tokens", "trace", "variant", "vocabulary", "way",
+    "width", "workload", "workspace",
 })
 
 #: Per topic, where a case key means something narrower than :data:`CASE_KEYS` says.
