@@ -456,6 +456,49 @@ def test_ddp_overlap_record_on_gloo(cli, tmp_path):
     assert contention[0].metrics["comm_cost"].n == 5
 
 
+# -- collectives.ddp_host: DDP's host work on one rank ----------------------------------------
+from examples.collectives import ddp_host  # noqa: E402
+
+
+def test_ddp_host_record_on_gloo(cli, tmp_path):
+    """The example's command line (test_runs_on_cpu leaves it to this test): both clocks for every
+    variant, the same samples; the hook's time only where a Python hook ran; no host-over-GPU
+    ratio on the CPU, where both clocks time the same work."""
+    _, record = cli.quick_record("collectives.ddp_host", tmp_path, timeout=300)
+    rows = {r.case["variant"]: r.metrics for r in record.results}
+    assert set(rows) == set(ddp_host.VARIANTS)
+    for name, metrics in rows.items():
+        assert metrics["step"].n == metrics["host"].n == 5
+        assert metrics["host"].median <= metrics["step"].median  # enqueued before it finished
+        assert "host_share" not in metrics
+        python_hook = ddp_host.VARIANTS[name][2]
+        assert ("hook" in metrics) == python_hook
+        if python_hook:
+            assert metrics["buckets"].median >= 1
+            assert metrics["hook"].n == 5 * metrics["buckets"].median
+
+
+def test_ddp_host_keeps_the_timed_samples_only():
+    """The host clock's warm-up steps are dropped, so host sample i pairs with timed step i."""
+    host: list[float] = []
+    model = torch.nn.Linear(4, 4)
+
+    class Plain:  # stands in for DDP: no_sync and the call are all the step uses
+        def __call__(self, x):
+            return model(x)
+
+        def no_sync(self):
+            import contextlib
+            return contextlib.nullcontext()
+
+        def zero_grad(self, set_to_none=False):
+            model.zero_grad(set_to_none=set_to_none)
+
+    for _ in range(4):
+        ddp_host.host_timed_step(Plain(), torch.randn(2, 4), False, host)
+    assert len(host) == 4 and all(h > 0 for h in host)
+
+
 # -- collectives.ddp_levers: compression, bucket views, a static graph ------------------------
 from examples.collectives import ddp_levers as levers  # noqa: E402
 

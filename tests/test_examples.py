@@ -29,6 +29,7 @@ RUN_BY_THEIR_OWN_TEST = {"ecosystem.fp8_training": ("tests.test_fp8_training", "
                          "collectives.ddp_probe": ("tests.test_ddp_probe", "quick_run"),
                          "collectives.ddp_overlap": ("tests.test_collectives", "test_ddp_overlap_record_on_gloo"),
                          "collectives.ddp_levers": ("tests.test_collectives", "test_ddp_levers_record_on_gloo"),
+                         "collectives.ddp_host": ("tests.test_collectives", "test_ddp_host_record_on_gloo"),
                          "collectives.nccl_latency": ("tests.test_collectives", "test_nccl_latency_record_on_gloo"),
                          "compile.triton_kernels": ("tests.test_compile",
                                                     "test_triton_kernels_record_compares_kernels_in_rounds"),
