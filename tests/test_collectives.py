@@ -469,6 +469,7 @@ def test_ddp_host_record_on_gloo(cli, tmp_path):
     assert set(rows) == set(ddp_host.VARIANTS)
     for name, metrics in rows.items():
         assert metrics["step"].n == metrics["host"].n == 5
+        assert metrics["free_step"].n == 2 and "back to back" in metrics["free_step"].method
         assert metrics["host"].median <= metrics["step"].median  # enqueued before it finished
         assert "host_share" not in metrics
         python_hook = ddp_host.VARIANTS[name][2]

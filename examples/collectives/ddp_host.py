@@ -13,9 +13,12 @@ through ``ddp_overlap``'s Python hook (``recording_hook``, which calls DDP's
 communication (``no_sync``). For each sample, two clocks: the host's, from the step's start
 until ``backward()`` returns (the kernels are enqueued, not finished), and the GPU's, CUDA
 events around the same call. Where the host's time reaches the GPU's, the GPU spent the
-step waiting for kernels to arrive: the step is host-bound. The Python hook's own host time
-per bucket is kept too. Costs about 10 s on an H200 (one spawned process, four models of
-384 MiB of fp32 weights, 30 rounds).
+step waiting for kernels to arrive: the step is host-bound. Every sample starts from an
+idle GPU, so the host never runs ahead; a second timing runs ten steps back to back with no
+synchronization between them, as a training loop does, where a host that is quicker than
+the GPU hides its work and a slower one cannot. The Python hook's own host time per bucket
+is kept too. Costs about 15 s on an H200 (one spawned process, four models of 384 MiB of
+fp32 weights, 30 rounds, then 10 of ten steps).
 """
 
 from __future__ import annotations
@@ -86,9 +89,14 @@ def worker(config: dict, device: torch.device) -> dict:
     device_seconds = measure_rounds(steps, device=device, warmup=warmup, repetitions=reps)
     calls = {name: (warmup + reps) for name in VARIANTS}
     buckets = {name: len(hook_seconds[name]) // calls[name] for name in VARIANTS}
-    return {"device": device_seconds,
-            "host": {name: seconds[warmup:] for name, seconds in host.items()},
-            "hook": {name: seconds[warmup * buckets[name]:] for name, seconds in hook_seconds.items()},
+    hook_seconds = {name: seconds[warmup * buckets[name]:calls[name] * buckets[name]]
+                    for name, seconds in hook_seconds.items()}
+    host = {name: seconds[warmup:calls[name]] for name, seconds in host.items()}
+    # Ten steps back to back, nothing synchronized between them: the host may run ahead.
+    free = measure_rounds(steps, device=device, warmup=1, repetitions=config["free_reps"],
+                          inner=config["free_steps"])
+    return {"device": device_seconds, "free": free,
+            "host": host, "hook": hook_seconds,
             "buckets": buckets}
 
 
@@ -96,7 +104,8 @@ def measure(lab) -> None:
     cuda = lab.cuda
     full = cuda and not lab.quick
     config = {"width": 2048 if full else 256, "layers": 24 if full else 6,
-              "tokens": 8192 if full else 64, "reps": 30 if full else 5}
+              "tokens": 8192 if full else 64, "reps": 30 if full else 5,
+              "free_steps": 10 if full else 2, "free_reps": 10 if full else 2}
     r = spawn(worker, 1, "nccl" if cuda else "gloo", config)
     clock = "cuda_event around the step" if cuda else "host clock, synchronized"
     for name, samples in r["device"].items():
@@ -113,6 +122,9 @@ def measure(lab) -> None:
             lab.keep_samples([h / s for h, s in zip(host, samples, strict=True)], case=case,
                              metric="host_share", unit="x",
                              method="each sample's host time over its GPU time (paired)")
+        lab.keep_samples([s * 1e3 for s in r["free"][name]], case=case, metric="free_step", unit="ms",
+                         method=f"{clock} around {config['free_steps']} steps back to back, "
+                                "not synchronized between them, interleaved rounds")
         if r["hook"][name]:
             lab.keep_samples([h * 1e6 for h in r["hook"][name]], case=case, metric="hook",
                              unit="us", method="host perf_counter around allreduce_hook, every bucket")

@@ -251,6 +251,7 @@ TOPIC_METRICS: dict[str, dict[str, str]] = {
                                 "hidden": "hidden behind backward", "vs_default": "over default buckets"},
     "collectives.ddp_host": {"step": "GPU step time", "host": "host time to backward()'s return",
                              "host_share": "host time over GPU time", "hook": "Python hook's host time per bucket",
+                             "free_step": "step time, ten back to back",
                              "buckets": "buckets"},
     "collectives.ddp_levers": {"step": "step time", "vs_plain": "over plain DDP", "buckets": "all-reduce calls",
                                "all_reduced": "bytes all-reduced per step", "grad_error": "gradient error against plain DDP",
