@@ -17,14 +17,13 @@ step waiting for kernels to arrive: the step is host-bound. Every sample starts 
 idle GPU, so the host never runs ahead; a second timing runs ten steps back to back with no
 synchronization between them, as a training loop does, where a host that is quicker than
 the GPU hides its work and a slower one cannot. The Python hook's own host time per bucket
-is kept too. Costs about 15 s on an H200 (one spawned process, four models of 384 MiB of
+is kept too. Costs about 17 s on an H200 (one spawned process, four models of 384 MiB of
 fp32 weights, 30 rounds, then 10 of ten steps).
 """
 
 from __future__ import annotations
 
 import contextlib
-import statistics
 import sys
 import time
 
