@@ -479,8 +479,10 @@ def test_ddp_host_record_on_gloo(cli, tmp_path):
             assert metrics["hook"].n == 5 * metrics["buckets"].median
 
 
-def test_ddp_host_keeps_the_timed_samples_only():
-    """The host clock's warm-up steps are dropped, so host sample i pairs with timed step i."""
+def test_ddp_host_step_notes_one_host_time_per_step():
+    """host_timed_step notes one host time per step (through no_sync when not communicating) and
+    leaves the gradients zeroed for the next step; the record's pairing of host and GPU samples
+    is checked on the command line's record above."""
     host: list[float] = []
     model = torch.nn.Linear(4, 4)
 
@@ -498,6 +500,7 @@ def test_ddp_host_keeps_the_timed_samples_only():
     for _ in range(4):
         ddp_host.host_timed_step(Plain(), torch.randn(2, 4), False, host)
     assert len(host) == 4 and all(h > 0 for h in host)
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
 
 
 # -- collectives.ddp_levers: compression, bucket views, a static graph ------------------------
