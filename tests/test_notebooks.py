@@ -13,12 +13,15 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import shutil
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
 import pytest
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
@@ -106,10 +109,14 @@ def test_the_slow_calculators_are_calculators_run_by_test_runs_on_cpu():
         assert getattr(importlib.import_module(name), "EXAMPLE_ARGV", None) is not None, f"{name} is no calculator"
 
 
-def _execute(path: Path) -> tuple[str, str | None]:
+def _execute(path: Path, sockets: Path) -> tuple[str, str | None]:
     nb = nbformat.read(path, as_version=4)
     nb.cells.insert(2, nbformat.v4.new_code_cell(ONLY_PARSE_MEASURED))
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+    # Over TCP each kernel takes ports that were free a moment before, and two kernels starting at
+    # once (the pool's, another test process's) can take the same one ("Address already in use": the
+    # kernel dies before replying). IPC sockets under a name of the notebook's own cannot collide.
+    kernel = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=str(sockets / path.stem))
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", km=kernel,
                             resources={"metadata": {"path": str(REPO)}})
     try:
         client.execute()
@@ -123,8 +130,12 @@ def test_every_notebook_runs_top_to_bottom_on_the_cpu(tmp_path, monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the notebook sets it itself
     monkeypatch.delenv("PYTHONWARNINGS", raising=False)
     paths = notebooks.write_all(tmp_path)
-    with ThreadPoolExecutor(WORKERS) as pool:
-        results = list(pool.map(_execute, sorted(paths.values())))
+    sockets = Path(tempfile.mkdtemp(prefix="nb-"))  # short: a socket's path has at most 107 bytes
+    try:
+        with ThreadPoolExecutor(WORKERS) as pool:
+            results = list(pool.map(lambda path: _execute(path, sockets), sorted(paths.values())))
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
     failed = {name: error for name, error in results if error}
     assert not failed, "\n\n".join(f"{name}.ipynb failed:\n{error}" for name, error in failed.items())
 
