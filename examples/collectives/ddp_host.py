@@ -86,11 +86,11 @@ def worker(config: dict, device: torch.device) -> dict:
         steps[name] = (lambda m=model, c=communicate, h=host[name]: host_timed_step(m, x, c, h))
     warmup, reps = 3, config["reps"]
     device_seconds = measure_rounds(steps, device=device, warmup=warmup, repetitions=reps)
-    calls = {name: (warmup + reps) for name in VARIANTS}
-    buckets = {name: len(hook_seconds[name]) // calls[name] for name in VARIANTS}
-    hook_seconds = {name: seconds[warmup * buckets[name]:calls[name] * buckets[name]]
+    calls = warmup + reps  # steps each variant took in the rounds, warm-up first
+    buckets = {name: len(hook_seconds[name]) // calls for name in VARIANTS}
+    hook_seconds = {name: seconds[warmup * buckets[name]:calls * buckets[name]]
                     for name, seconds in hook_seconds.items()}
-    host = {name: seconds[warmup:calls[name]] for name, seconds in host.items()}
+    host = {name: seconds[warmup:calls] for name, seconds in host.items()}
     # Ten steps back to back, nothing synchronized between them: the host may run ahead.
     free = measure_rounds(steps, device=device, warmup=1, repetitions=config["free_reps"],
                           inner=config["free_steps"])
