@@ -224,6 +224,9 @@ def test_ncu_sections_asks_for_its_sections_as_raw_metrics_at_base_clock():
     assert "--clock-control base" in joined and "--cache-control all" in joined
     assert "--page raw --csv" in joined and "--profile-from-start off" in joined
     assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--section"] == list(SECTIONS)
+    # WarpStateStats for every stall reason (GMMA is asked for by no name); no chart or tables:
+    # the record keeps none of their counters, and each costs replays of every kernel.
+    assert "WarpStateStats" in SECTIONS and not any(s.endswith(("_Chart", "_Tables")) for s in SECTIONS)
     asked = cmd[cmd.index("--metrics") + 1].split(",")
     assert asked[:len(METRICS)] == list(METRICS) and len(asked) == len(METRICS) + len(STALLS_ASKED)
     assert "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio" in asked

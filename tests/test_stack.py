@@ -236,3 +236,16 @@ def test_mma_paths_checks_each_path_s_instruction_and_restores_the_switch(monkey
     with mma_v3_off(True):
         assert os.environ[MMA_V3_OFF] == "1"
     assert os.environ[MMA_V3_OFF] == "0"
+
+
+def test_gemm_worklog_builds_its_host_side_without_torch_headers():
+    """Parsing torch's headers took most of a 7 s build; the host side is one C entry point,
+    and the checks its TORCH_CHECKs made are made in Python before any launch."""
+    from examples.stack.gemm_worklog import CPP, Sgemm
+
+    assert [line for line in CPP.splitlines() if line.startswith("#include")] == ["#include <cuda_runtime.h>"]
+    assert 'extern "C" int book_worklog_sgemm(' in CPP
+    unloaded = Sgemm.__new__(Sgemm)  # no library: every call below is refused before it is reached
+    a = torch.zeros(128, 128)
+    with pytest.raises(ValueError, match="CUDA"):
+        unloaded(a, a, a, 0)

@@ -194,7 +194,9 @@ def measure(lab) -> None:
             lab.value(case=case, metric="fallback_calls", value=len(found["fallback"]), unit="")
             lab.value(case=case, metric="compile_time", value=seconds, unit="s")
             lab.note(f"launches, {pattern}, {way}", found["in order"])
-            if lab.cuda:  # on the CPU Inductor writes C++ kernels, which it does not tune so
+            # Only Triton kernels keep a block size from a benchmark at their first call; on the
+            # CPU Inductor writes C++ kernels, which have none to note.
+            if lab.cuda:
                 lab.note(f"blocks kept, {pattern}, {way}", blocks_kept(PyCodeCache.modules[loaded:]))
             calls[way] = lambda c=compiled: c(x)
             launched[way] = len(found["in order"])

@@ -1,8 +1,8 @@
 """What Inductor fuses and what it leaves apart, read from the code it generated.
 
 Four small functions, each asking one question of Inductor's scheduler, compiled and then
-read back: ``torch._inductor.utils.run_and_get_code`` returns the Python module Inductor
-wrote, whose ``call`` function launches every kernel in order. Counting its launches
+read back as ``torch._inductor.utils.run_and_get_code`` reads them (``compile_and_read``):
+the Python module Inductor wrote, whose ``call`` function launches every kernel in order. Counting its launches
 (``<kernel>.run(...)`` for a Triton kernel, ``cpp_fused_...(...)`` on a CPU) and its calls
 into ``extern_kernels`` (a library: cuBLAS for a matrix product) says how many kernels a
 call runs and which ops went together; the kernel names say which ops each one holds. On
@@ -19,14 +19,19 @@ a GPU the profiler's count of the operations one call runs confirms it.
   bias and the GELU as an epilogue. The restriction is the book's: the default search
   also tries cuBLAS and would make this one shape's compile longer; the page says so.
   Max-autotune keeps an epilogue apart where its benchmark finds that faster, so a third
-  way compiles it with that benchmark off.
+  way compiles it with that benchmark off. That third compile times no GEMM candidate
+  again: Inductor's autotune cache (``PersistentCache.lookup`` in
+  ``torch/_inductor/codecache.py``, on disk in the run's fresh cache folder) holds the
+  second's timings for the same product and candidates, and with all of them there it
+  skips compiling the candidates too; the notes say, for each compile, which it was.
 
 Each compiled function is checked against eager in float32, and on a GPU its kernels'
 time (``timer="kernel"``) is compared with eager's in interleaved rounds.
 
 Cost on an H200: 18 to 24 s (three runs), nearly all of it compiling (the first
-max-autotune way compiles and benchmarks the GEMM templates' configurations of one
-4096-cube product; the notes keep how many and which won); well under a second of
+max-autotune way, 13 to 14 s, compiles and benchmarks the GEMM templates' configurations of
+one 4096-cube product, then the best one with and without its epilogue; the notes keep how
+many and which won; the other, about 2.5 s, reuses those timings); well under a second of
 kernels; 1.5 GiB of GPU memory at the peak. The notes also keep each kernel's own
 duration, eager's and each compiled way's.
 """
@@ -42,6 +47,7 @@ import torch.nn.functional as F
 
 from examples.compile.modes import prune_unlaunchable_gemm_configs
 from examples.lab.kernels import gpu_split
+from examples.lab.recompile import compiled_once
 from examples.lab.timing import ops_per_call
 
 
@@ -107,8 +113,10 @@ def kernel_durations(call) -> list[str] | str:
 
 
 def note_autotuning(chosen: list[str]):
-    """Let max-autotune report, for every product it tunes, how many candidates it timed and
-    which won, into ``chosen`` (Inductor's feedback hook; absent in other torch versions)."""
+    """Let max-autotune report, for every product it tunes, how many candidates it had timings
+    for and which won, into ``chosen`` (Inductor's feedback hook; absent in other torch versions).
+    The hook also gets timings read back from Inductor's autotune cache: ``autotune_benchmarks``
+    says whether a compile measured them."""
     try:
         from torch._inductor.select_algorithm import add_feedback_saver
     except ImportError:
@@ -117,20 +125,38 @@ def note_autotuning(chosen: list[str]):
     def saver(timings, name, inputs, choices, *_):
         ranked = sorted(timings.items(), key=lambda kv: kv[1])
         if ranked:
-            chosen.append(f"{name}: {len(ranked)} candidates timed, {ranked[0][0].name} won at {ranked[0][1]:.4f} ms")
+            chosen.append(f"{name}: {len(ranked)} candidates, {ranked[0][0].name} won at {ranked[0][1]:.4f} ms")
 
     add_feedback_saver(saver)
+
+
+def autotune_benchmarks() -> int:
+    """How many times Inductor has benchmarked a set of autotuning candidates in this process
+    (``AlgorithmSelectorCache.benchmark``); a lookup its autotune cache answers does not count."""
+    from torch._dynamo.utils import counters
+
+    return counters["inductor"]["select_algorithm_autotune"]
 
 
 def compile_and_read(fn, args, options: dict):
     """``fn`` compiled with Inductor ``options``; its first call's output, seconds and
     generated code. Each way is a backend of its own to Dynamo, so ways compiled one after
-    the other keep their own compiled code."""
-    from torch._inductor.utils import run_and_get_code
+    the other keep their own compiled code.
 
+    Read as ``torch._inductor.utils.run_and_get_code`` reads it, less the
+    ``torch._dynamo.reset()`` that function starts with: a reset drops the code of the ways
+    compiled before, and the timed rounds' warm-up would compile them again (from Inductor's
+    FX graph cache, if it held them; else anew, not necessarily to the code that was read)."""
+    from unittest import mock
+
+    from torch._inductor.graph import GraphLowering
+
+    codes: list[str] = []
     compiled = torch.compile(fn, options=options) if options else torch.compile(fn)
     start = time.perf_counter()
-    out, codes = run_and_get_code(compiled, *args)
+    with mock.patch.object(GraphLowering, "save_output_code",
+                           lambda code: codes.append(code) if code not in codes else None):
+        out = compiled(*args)
     return compiled, out, time.perf_counter() - start, "\n".join(codes)
 
 
@@ -149,9 +175,13 @@ def measure(lab) -> None:
         torch._dynamo.reset()  # a cold start for each pattern
         for way, options in ways.items():
             chosen.clear()
+            benchmarked_before = autotune_benchmarks()
             compiled, out, seconds, code = compile_and_read(fn, args, options)
             if chosen:
-                lab.note(f"autotuned, {name}, {way}", list(chosen))
+                benchmarked = autotune_benchmarks() - benchmarked_before
+                source = (f"timed in this compile ({benchmarked} benchmarking runs)" if benchmarked else
+                          "all read from Inductor's autotune cache, none timed in this compile")
+                lab.note(f"autotuned, {name}, {way}", [*chosen, f"the candidates' timings: {source}"])
             lab.check(f"{name}, {way}", out.float(), expected, tolerance=2e-2)
             case = {"pattern": name, "way": way}
             found = launches(code)
@@ -164,13 +194,14 @@ def measure(lab) -> None:
                           value=ops_per_call(lambda c=compiled, a=args: c(*a)))
                 lab.note(f"kernel durations, {name}, {way}", kernel_durations(lambda c=compiled, a=args: c(*a)))
             calls[way] = lambda c=compiled, a=args: c(*a)
-        if lab.cuda:
-            lab.value(case={"pattern": name, "way": "eager"}, metric="gpu_operations", unit="",
-                      value=ops_per_call(calls["eager"]))
-            lab.note(f"kernel durations, {name}, eager", kernel_durations(calls["eager"]))
-        # Kernels against kernels: compiled over eager, paired by round.
-        lab.compare(calls, case={"pattern": name}, key="way", metric="time", baseline="eager",
-                    timer="kernel")
+        with compiled_once(f"counting and timing {name}"):  # what is timed is the code read
+            if lab.cuda:
+                lab.value(case={"pattern": name, "way": "eager"}, metric="gpu_operations", unit="",
+                          value=ops_per_call(calls["eager"]))
+                lab.note(f"kernel durations, {name}, eager", kernel_durations(calls["eager"]))
+            # Kernels against kernels: compiled over eager, paired by round.
+            lab.compare(calls, case={"pattern": name}, key="way", metric="time", baseline="eager",
+                        timer="kernel")
     torch._dynamo.reset()
     if lab.cuda:
         from examples.compile.modes import forget_autotune_choices

@@ -330,9 +330,11 @@ NCU_METRICS = {
 def profiled_transposes(path: str) -> None:
     """Run under ncu (a child process): one launch of each layout, profiling on around them."""
     from examples.measuring._waiting_child import wait_for_go
-    from examples.measuring.nsys_capture import prepare_cuda
 
-    prepare_cuda()  # the context before waiting; no kernel while the parent measures
+    # The context before waiting, and no kernel while the parent measures. Not cuBLAS, which
+    # nothing here uses: loading it under ncu would delay the parent's timings for nothing.
+    torch.cuda.init()
+    torch.cuda.synchronize()
     wait_for_go()  # the parent has built the library and finished with the GPU
     kernels = Kernels(path)
     x = torch.randn(NCU_SIDE, NCU_SIDE, device="cuda")

@@ -6,7 +6,8 @@ naïve kernel to near cuBLAS. This example walks the first of those steps on a
 Hopper GPU, then the tensor-core steps an A6000 worklog does not have:
 
 * **FP32 on CUDA cores**, CUDA C built once with ``load_inline`` (one build,
-  every kernel): (1) naïve, one thread per output, consecutive threads on
+  every kernel, called through ctypes as ``examples/stack/banks_and_pages.py``
+  does): (1) naïve, one thread per output, consecutive threads on
   consecutive *rows* (uncoalesced); (2) coalesced; (3) 32 × 32 shared-memory
   tiles; (4a) 1-D and (4b) 2-D register blocking; (5) float4 loads. Against
   cuBLAS SGEMM with TF32 off (``allow_tf32 = False``: full FP32 products).
@@ -26,9 +27,11 @@ The naïve and coalesced kernels take tenths and hundredths of a second a call
 at 4096³, so they are timed in rounds of their own with cuBLAS, 3 rounds;
 the faster FP32 steps get 20, the tensor-core steps 30.
 
-Cost on an H200: 10 to 11 s a run. About 6 s of it is the C++/CUDA build (cold in
-every lab run; the Triton steps compile, are checked and timed meanwhile), then the
-FP32 checks and timing, most of it the naïve kernel's five calls (its check, the
+Cost on an H200: about 7 s a run (estimated; 10 to 12 s while the build's host file
+included torch's headers: a build of 6.8 to 7.9 s, most of it that file). The CUDA
+build (cold in every lab run; nvcc, and a host file that includes only
+``cuda_runtime.h``) runs while the Triton steps compile, are checked and timed; then
+the FP32 checks and timing, most of it the naïve kernel's five calls (its check, the
 profiler's count of its kernels, three rounds); 1.5 GiB of GPU memory at the peak. Without a GPU the
 CUDA kernels, cuBLAS and the Triton kernels' runs are skipped; the quick path
 checks the reference, runs the ``tl.dot`` kernel in Triton's interpreter, compiles
@@ -247,30 +250,19 @@ void sgemm_launch(int step, int M, int N, int K, const float* A, const float* B,
 """
 # --8<-- [end:cuda]
 
+#: The host side: one C entry point that Python calls through ctypes. No torch header: with
+#: ``torch/library.h`` (a ``TORCH_LIBRARY`` op) this file took longer to compile than all six
+#: kernels (the build: 6.8 to 7.9 s on an H200's host); :class:`Sgemm` checks the shapes instead.
 CPP = r"""
-#include <ATen/core/Tensor.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
+#include <cuda_runtime.h>
 void sgemm_launch(int, int, int, int, const float*, const float*, float*, cudaStream_t);
 
-// c = a @ b by kernel ``step``, written into c (poisoned by the caller before a check).
-void sgemm(const at::Tensor& a, const at::Tensor& b, at::Tensor& c, int64_t step) {
-  TORCH_CHECK(a.is_cuda() && a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
-              c.scalar_type() == at::kFloat, "sgemm: float32 CUDA tensors");
-  TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && c.is_contiguous(), "sgemm: contiguous");
-  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
-  TORCH_CHECK(b.size(0) == K && c.size(0) == M && c.size(1) == N, "sgemm: shapes");
-  TORCH_CHECK(M % 128 == 0 && N % 128 == 0 && K % 128 == 0, "sgemm: sides multiples of 128");
-  TORCH_CHECK(step >= 0 && step <= 5, "sgemm: step 0 to 5");
-  const c10::cuda::CUDAGuard guard(a.device());
-  sgemm_launch((int)step, (int)M, (int)N, (int)K, a.data_ptr<float>(), b.data_ptr<float>(),
-               c.data_ptr<float>(), c10::cuda::getCurrentCUDAStream());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+// C = A @ B by kernel ``step`` on ``stream``; the launch's error code (0: none).
+extern "C" int book_worklog_sgemm(int step, int M, int N, int K, const float* A, const float* B,
+                                  float* C, void* stream) {
+  sgemm_launch(step, M, N, K, A, B, C, static_cast<cudaStream_t>(stream));
+  return static_cast<int>(cudaGetLastError());
 }
-TORCH_LIBRARY(book_worklog, m) { m.def("sgemm(Tensor a, Tensor b, Tensor(a!) c, int step) -> ()"); }
-TORCH_LIBRARY_IMPL(book_worklog, CUDA, m) { m.impl("sgemm", &sgemm); }
 """
 
 
@@ -283,9 +275,37 @@ def build_folder(name: str) -> Path:
     return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root(), name)
 
 
-def build_sgemm() -> tuple[float, bool]:
-    """Compile and load every CUDA step at once; the seconds it took and whether the
-    build folder held this build already (the lab runner gives each run a new folder)."""
+class Sgemm:
+    """The built library's entry point on torch tensors: ``sgemm(a, b, c, step)`` writes
+    a @ b into c with kernel ``step`` (:data:`FP32_STEPS`), on torch's current stream."""
+
+    def __init__(self, path: str):
+        import ctypes
+
+        self.entry = ctypes.CDLL(path).book_worklog_sgemm
+        self.entry.argtypes = [ctypes.c_int] * 4 + [ctypes.c_void_p] * 4
+        self.entry.restype = ctypes.c_int
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, step: int) -> None:
+        # The kernels have no bounds checks: every side a multiple of 128, contiguous float32.
+        (M, K), N = a.shape, b.shape[1]
+        tensors = (a, b, c)
+        if not all(t.is_cuda and t.dtype == torch.float32 and t.is_contiguous() for t in tensors):
+            raise ValueError("sgemm: contiguous float32 CUDA tensors")
+        if b.shape[0] != K or c.shape != (M, N) or M % 128 or N % 128 or K % 128:
+            raise ValueError("sgemm: shapes [M, K] @ [K, N] -> [M, N], sides multiples of 128")
+        if not 0 <= step <= 5 or len({t.device for t in tensors}) != 1:
+            raise ValueError("sgemm: step 0 to 5, tensors on one device")
+        with torch.cuda.device(a.device):
+            code = self.entry(step, M, N, K, a.data_ptr(), b.data_ptr(), c.data_ptr(),
+                              torch.cuda.current_stream(a.device).cuda_stream)
+        if code != 0:
+            raise RuntimeError(f"sgemm: CUDA error {code} at launch")
+
+
+def build_sgemm() -> tuple[Sgemm, float, bool]:
+    """Compile and load every CUDA step at once; the entry point, the seconds it took and
+    whether the build folder held this build already (the lab runner gives each run a new folder)."""
     from torch.utils.cpp_extension import CUDA_HOME, load_inline
 
     if CUDA_HOME is None:
@@ -297,10 +317,10 @@ def build_sgemm() -> tuple[float, bool]:
     warm = folder.is_dir() and any(folder.glob("*.so"))
     folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    load_inline(name=name, cpp_sources=[CPP], cuda_sources=[CUDA], is_python_module=False,
-                no_implicit_headers=True, build_directory=str(folder),
-                extra_cflags=["-O1"], extra_cuda_cflags=flags)
-    return time.perf_counter() - start, warm
+    path = load_inline(name=name, cpp_sources=[CPP], cuda_sources=[CUDA], is_python_module=False,
+                       no_implicit_headers=True, build_directory=str(folder),
+                       extra_cflags=["-O1"], extra_cuda_cflags=flags)
+    return Sgemm(str(path)), time.perf_counter() - start, warm
 
 
 # --8<-- [start:tma]
@@ -368,14 +388,13 @@ def _fresh(shape, *, device, dtype, seed):
     return torch.randn(*shape, generator=g, device=device, dtype=torch.float32).to(dtype)
 
 
-def measure_fp32(lab) -> None:
+def measure_fp32(lab, sgemm: Sgemm) -> None:
     """The CUDA-core steps: each checked, then timed with cuBLAS SGEMM in rounds."""
     a, b = (_fresh((N, N), device=lab.device, dtype=torch.float32, seed=s) for s in (1, 2))
     reference = torch.matmul(a, b)  # cuBLAS, full FP32 (TF32 is off)
     exact = a[:128].double() @ b.double()
     lab.check(f"{CUBLAS_FP32} against float64 (first 128 rows)", reference[:128], exact, tolerance=1e-5)
     lab.note(f"kernels, {CUBLAS_FP32}", kernels_of(lambda: torch.matmul(a, b), lab.device))
-    sgemm = torch.ops.book_worklog.sgemm
     c = {name: torch.empty(N, N, device=lab.device) for name, _ in FP32_STEPS}
     calls = {CUBLAS_FP32: lambda: torch.matmul(a, b)}
     for name, step in FP32_STEPS:
@@ -532,11 +551,11 @@ def measure(lab) -> None:
         with ThreadPoolExecutor(max_workers=1) as pool:
             build = pool.submit(build_sgemm)
             measure_bf16(lab)
-            seconds, warm = build.result()
+            sgemm, seconds, warm = build.result()
         lab.note("CUDA kernels built and loaded in",
                  f"{seconds:.1f} s ({'a build found in the folder, reused' if warm else 'a cold build'};"
                  " the Triton steps were compiled, checked and timed meanwhile)")
-        measure_fp32(lab)
+        measure_fp32(lab, sgemm)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved
     lab.note("cuBLAS SGEMM", "torch.backends.cuda.matmul.allow_tf32 = False for the FP32 part: "
