@@ -140,6 +140,8 @@ def _run(args) -> int:
     if args.memory_limit is not None:
         _limit_memory(device, args.memory_limit)
     command = shlex.join(["python", "-m", "examples.lab", *sys.argv[1:]])
+    if device.type == "cuda" and not args.quick:
+        _wake_compile_workers(topics)
 
     failures, written, skipped, started = [], [], [], time.perf_counter()
     bar = tqdm(topics, unit="topic", file=sys.stderr, dynamic_ncols=True)
@@ -281,6 +283,35 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
             # (a second release frees nothing), unless this topic keeps it for the next in turn.
             if kept_for_this is not None and kept_by is None:
                 _release(kept_for_this)
+
+def compiling_topics(topics: list[str]) -> list[str]:
+    """The topics whose measurement calls ``torch.compile`` (read from what it runs, as its
+    record's hash is: the example and the example modules it imports)."""
+    from examples.lab.provenance import REPO_ROOT, source_files
+
+    def compiles(topic: str) -> bool:
+        path = REPO_ROOT.joinpath("examples", *topic.split(".")).with_suffix(".py")
+        return any("torch.compile(" in f.read_text(encoding="utf-8") for f in source_files(path))
+
+    return [t for t in topics if compiles(t)]
+
+
+def _wake_compile_workers(topics: list[str]) -> None:
+    """Start Inductor's compile workers now, beside the first topics, if any topic compiles.
+
+    A pool started by the first compile is seconds from ready (10 s or more on an H200's
+    host), and meanwhile that compile builds its Triton kernels one by one in this process:
+    in ``--all`` that was capstone.decode's first compile, 5 s. The same workers compile the
+    same kernels either way; only when they start changes, so no record's code is touched.
+    """
+    if not compiling_topics(topics):
+        return
+    try:
+        from torch._inductor.async_compile import maybe_warm_pool
+    except ImportError:  # another torch: the pool starts at the first compile, as before
+        return
+    maybe_warm_pool()
+
 
 def _gpu_name(device) -> str:
     import torch
