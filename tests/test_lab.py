@@ -1162,7 +1162,7 @@ def test_an_autotuners_candidates_are_compiled_once_per_key_all_at_once():
 
 
 def test_the_runner_wakes_compile_workers_only_for_topics_that_compile():
-    """The runner starts Inductor's workers early only where a chosen topic calls torch.compile
+    """The runner starts Inductor's workers as a topic that calls torch.compile begins
     (in the example or an example module it imports): a run of host-bound topics starts none."""
     from examples.lab.__main__ import compiling_topics
 

@@ -140,8 +140,6 @@ def _run(args) -> int:
     if args.memory_limit is not None:
         _limit_memory(device, args.memory_limit)
     command = shlex.join(["python", "-m", "examples.lab", *sys.argv[1:]])
-    if device.type == "cuda" and not args.quick:
-        _wake_compile_workers(topics)
 
     failures, written, skipped, started = [], [], [], time.perf_counter()
     bar = tqdm(topics, unit="topic", file=sys.stderr, dynamic_ncols=True)
@@ -203,6 +201,7 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
     gpu = _gpu_name(device)
 
     topics = list(bar.iterable)
+    compiling = set(compiling_topics(topics)) if device.type == "cuda" and not args.quick else set()
     poisoned_by = None  # a topic whose CUDA error left this process's context unusable
     kept_by = None  # the module that kept what it built for the next topic (its SHARES_WITH)
     for position, topic in enumerate(bar):
@@ -242,6 +241,8 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
                 smaller = memory.smaller_model_that_fits(topic, needs, room) if hasattr(module, "configure") else None
                 skipped.append(f"{topic}: {too_big}{smaller or ''}")
                 continue
+            if device.type == "cuda" and not args.quick and topic in compiling:
+                _wake_compile_workers()  # at once: a second call finds the pool up
             watching = device.type == "cuda" and not args.quick and memory.PeakWatch.wanted()
             watch = memory.PeakWatch() if watching else contextlib.nullcontext()
             try:
@@ -296,16 +297,18 @@ def compiling_topics(topics: list[str]) -> list[str]:
     return [t for t in topics if compiles(t)]
 
 
-def _wake_compile_workers(topics: list[str]) -> None:
-    """Start Inductor's compile workers now, beside the first topics, if any topic compiles.
+def _wake_compile_workers() -> None:
+    """Start Inductor's compile workers as the first topic that compiles begins, not at its
+    first compile.
 
     A pool started by the first compile is seconds from ready (10 s or more on an H200's
     host), and meanwhile that compile builds its Triton kernels one by one in this process:
-    in ``--all`` that was capstone.decode's first compile, 5 s. The same workers compile the
-    same kernels either way; only when they start changes, so no record's code is touched.
+    capstone.decode builds its model for 5 s before its first compile, time the workers can
+    start in. Not at the start of the run: then sixteen processes load torch while the first
+    topics measure, and one of them may be timing the host. Once up, the pool idles between
+    topics, as it always did. The same workers compile the same kernels either way; only when
+    they start changes, so no record's code is touched.
     """
-    if not compiling_topics(topics):
-        return
     try:
         from torch._inductor.async_compile import maybe_warm_pool
     except ImportError:  # another torch: the pool starts at the first compile, as before
