@@ -1159,13 +1159,3 @@ def test_an_autotuners_candidates_are_compiled_once_per_key_all_at_once():
     assert not cc.compile_candidates(tuner, None, x, 4096, 4096), "a key already tuned"
     assert cc.compile_candidates(tuner, None, x.float(), 4096, 4096), "another dtype is another key"
     assert len(tuner.warmed) == 2
-
-
-def test_the_runner_wakes_compile_workers_only_for_topics_that_compile():
-    """The runner starts Inductor's workers as a topic that calls torch.compile begins
-    (in the example or an example module it imports): a run of host-bound topics starts none."""
-    from examples.lab.__main__ import compiling_topics
-
-    assert compiling_topics(["compile.modes", "dispatch.op_cost", "capstone.fused_decode"]) == [
-        "compile.modes", "capstone.fused_decode"]
-    assert compiling_topics(["dispatch.op_cost", "blas.levels"]) == []

@@ -201,7 +201,6 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
     gpu = _gpu_name(device)
 
     topics = list(bar.iterable)
-    compiling = set(compiling_topics(topics)) if device.type == "cuda" and not args.quick else set()
     poisoned_by = None  # a topic whose CUDA error left this process's context unusable
     kept_by = None  # the module that kept what it built for the next topic (its SHARES_WITH)
     for position, topic in enumerate(bar):
@@ -241,8 +240,6 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
                 smaller = memory.smaller_model_that_fits(topic, needs, room) if hasattr(module, "configure") else None
                 skipped.append(f"{topic}: {too_big}{smaller or ''}")
                 continue
-            if device.type == "cuda" and not args.quick and topic in compiling:
-                _wake_compile_workers()  # at once: a second call finds the pool up
             watching = device.type == "cuda" and not args.quick and memory.PeakWatch.wanted()
             watch = memory.PeakWatch() if watching else contextlib.nullcontext()
             try:
@@ -284,37 +281,6 @@ def _run_topics(args, bar, device, command: str, started: float, written: list, 
             # (a second release frees nothing), unless this topic keeps it for the next in turn.
             if kept_for_this is not None and kept_by is None:
                 _release(kept_for_this)
-
-def compiling_topics(topics: list[str]) -> list[str]:
-    """The topics whose measurement calls ``torch.compile`` (read from what it runs, as its
-    record's hash is: the example and the example modules it imports)."""
-    from examples.lab.provenance import REPO_ROOT, source_files
-
-    def compiles(topic: str) -> bool:
-        path = REPO_ROOT.joinpath("examples", *topic.split(".")).with_suffix(".py")
-        return any("torch.compile(" in f.read_text(encoding="utf-8") for f in source_files(path))
-
-    return [t for t in topics if compiles(t)]
-
-
-def _wake_compile_workers() -> None:
-    """Start Inductor's compile workers as the first topic that compiles begins, not at its
-    first compile.
-
-    A pool started by the first compile is seconds from ready (10 s or more on an H200's
-    host), and meanwhile that compile builds its Triton kernels one by one in this process:
-    capstone.decode builds its model for 5 s before its first compile, time the workers can
-    start in. Not at the start of the run: then sixteen processes load torch while the first
-    topics measure, and one of them may be timing the host. Once up, the pool idles between
-    topics, as it always did. The same workers compile the same kernels either way; only when
-    they start changes, so no record's code is touched.
-    """
-    try:
-        from torch._inductor.async_compile import maybe_warm_pool
-    except ImportError:  # another torch: the pool starts at the first compile, as before
-        return
-    maybe_warm_pool()
-
 
 def _gpu_name(device) -> str:
     import torch
